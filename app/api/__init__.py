@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI routers that translate wire JSON and delegate to ``app.core``."""

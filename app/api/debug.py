@@ -1,0 +1,78 @@
+"""Read-only views of the cache for people debugging with curl."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from app.core.model import RESOURCE_NAMES, Resources
+from app.core.quantity import format_milli
+
+router = APIRouter(prefix="/debug", tags=["debug"])
+
+
+def _amounts(resources: Resources) -> dict[str, str]:
+    return {n: format_milli(n, v) for n, v in zip(RESOURCE_NAMES, resources, strict=True)}
+
+
+@router.get("/nodes", summary="Every node with capacity, used and free resources")
+def nodes(request: Request) -> dict[str, Any]:
+    """Per node: allocatable, used (assumed binds included), free, GPUs and pod count."""
+    snapshot = request.app.state.muster.cache.snapshot()
+    view = snapshot.view
+    pods_per_node: dict[str, int] = {}
+    for node in snapshot.placement.values():
+        pods_per_node[node] = pods_per_node.get(node, 0) + 1
+    items = []
+    for node in view.nodes:
+        used = view.used_of(node.name)
+        free = view.free_of(node.name)
+        items.append(
+            {
+                "name": node.name,
+                "gpuModel": node.gpu_model,
+                "unschedulable": node.unschedulable,
+                "taints": [f"{t.key}={t.value}:{t.effect}" for t in node.taints],
+                "labels": dict(node.labels),
+                "allocatable": _amounts(node.allocatable),
+                "used": _amounts(used),
+                "free": _amounts(free),
+                "gpus": {
+                    "total": node.allocatable.gpu / 1000,
+                    "used": used.gpu / 1000,
+                    "free": free.gpu / 1000,
+                },
+                "pods": pods_per_node.get(node.name, 0),
+            }
+        )
+    return {"generation": view.generation, "count": len(items), "nodes": items}
+
+
+@router.get("/pods", summary="Every pod the cache knows, with its placement")
+def pods(request: Request) -> dict[str, Any]:
+    """Per pod: where it counts (bound, assumed while a bind is in flight, or pending)."""
+    snapshot = request.app.state.muster.cache.snapshot()
+    items = []
+    for uid, pod in snapshot.pods.items():
+        node = snapshot.placement.get(uid, "")
+        if pod.terminal:
+            state = pod.phase.lower()
+        elif uid in snapshot.assumed:
+            state = "assumed"
+        else:
+            state = "bound" if node else "pending"
+        items.append(
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": uid,
+                "node": node,
+                "state": state,
+                "phase": pod.phase,
+                "priority": pod.priority,
+                "requests": _amounts(pod.requests),
+            }
+        )
+    items.sort(key=lambda p: (p["namespace"], p["name"]))
+    return {"count": len(items), "pods": items}

@@ -1,0 +1,66 @@
+"""Bad input becomes a 4xx whose message names the problem; nothing a client sends gives a 500."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from app.core.errors import InvalidInput
+
+log = logging.getLogger("muster.api")
+M = TypeVar("M", bound=BaseModel)
+
+
+class BadRequest(Exception):
+    """A request Muster cannot act on; ``status`` is 400 (not JSON) or 422 (wrong content)."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validate a JSON body against ``model``; raise ``BadRequest`` naming the field."""
+    if not body.strip():
+        raise BadRequest(400, "empty request body; expected a JSON object")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            raise BadRequest(400, f"malformed JSON: {first['msg']}") from None
+        field = _location(tuple(first["loc"]))
+        more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+        where = f"{field}: " if field else ""
+        raise BadRequest(422, f"{where}{first['msg']}{more}", field) from None
+
+
+def invalid(exc: InvalidInput) -> BadRequest:
+    """``BadRequest`` for a model-translation error from ``app.core.objects``."""
+    return BadRequest(422, str(exc), exc.field)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn errors into clear JSON answers."""
+
+    @app.exception_handler(BadRequest)
+    async def _bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        return JSONResponse({"error": exc.message, "field": exc.field}, status_code=exc.status)
+
+    @app.exception_handler(json.JSONDecodeError)
+    async def _bad_json(request: Request, exc: json.JSONDecodeError) -> JSONResponse:
+        return JSONResponse({"error": f"malformed JSON: {exc}", "field": ""}, status_code=400)

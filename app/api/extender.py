@@ -1,0 +1,173 @@
+"""The four extender verbs over HTTP: translate wire JSON, delegate to ``app.core.extender``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, TypeAdapter
+
+from app.api import wire
+from app.api.errors import BadRequest, invalid, parse_body
+from app.core.errors import InvalidInput
+from app.core.model import Node, Pod
+from app.core.objects import node_from_dict, pod_from_dict
+from app.core.preempt import Victims
+from app.services import Services
+
+router = APIRouter(tags=["extender"])
+_PRIORITIES = TypeAdapter(list[wire.HostPriorityDict])
+_JSON = "application/json"
+
+
+def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                _JSON: {
+                    "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    }
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.muster
+
+
+def _pod(data: dict[str, Any]) -> Pod:
+    try:
+        return pod_from_dict(data, "Pod")
+    except InvalidInput as exc:
+        raise invalid(exc) from None
+
+
+def _nodes(args: wire.ExtenderArgs) -> list[Node] | None:
+    if args.Nodes is None:
+        return None
+    try:
+        return [
+            node_from_dict(item, f"Nodes.items[{i}]") for i, item in enumerate(args.Nodes.items)
+        ]
+    except InvalidInput as exc:
+        raise invalid(exc) from None
+
+
+def _json(model: BaseModel) -> Response:
+    return Response(model.model_dump_json(), media_type=_JSON)
+
+
+@router.post(
+    "/filter",
+    response_model=wire.ExtenderFilterResult,
+    summary="Which candidate nodes may take the pod",
+    openapi_extra=_body_doc(wire.ExtenderArgs),
+)
+async def filter_nodes(request: Request) -> Response:
+    """kube-scheduler's filter call: ``ExtenderArgs`` in, ``ExtenderFilterResult`` out."""
+    services = _services(request)
+    with services.metrics.observe("filter"):
+        args = parse_body(wire.ExtenderArgs, await request.body())
+        nodes = _nodes(args)
+        result = services.extender.filter(_pod(args.Pod), args.NodeNames, nodes)
+        m = services.metrics.filter_nodes
+        m.labels("feasible").inc(len(result.feasible))
+        m.labels("failed").inc(len(result.failed))
+        m.labels("unresolvable").inc(len(result.unresolvable))
+        answer = wire.ExtenderFilterResult(
+            FailedNodes=result.failed, FailedAndUnresolvableNodes=result.unresolvable
+        )
+        if args.Nodes is not None:
+            keep = set(result.feasible)
+            items = [
+                item
+                for item, node in zip(args.Nodes.items, nodes or (), strict=True)
+                if node.name in keep
+            ]
+            answer.Nodes = wire.NodeList(metadata=args.Nodes.metadata, items=items)
+        else:
+            answer.NodeNames = result.feasible
+        return _json(answer)
+
+
+@router.post(
+    "/prioritize",
+    response_model=list[wire.HostPriority],
+    summary="Score every candidate node 0-10",
+    openapi_extra=_body_doc(wire.ExtenderArgs),
+)
+async def prioritize_nodes(request: Request) -> Response:
+    """kube-scheduler's prioritize call: ``ExtenderArgs`` in, a bare ``[{Host, Score}]`` out."""
+    services = _services(request)
+    with services.metrics.observe("prioritize"):
+        args = parse_body(wire.ExtenderArgs, await request.body())
+        scores = services.extender.prioritize(_pod(args.Pod), args.NodeNames, _nodes(args))
+        body = _PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in scores])
+        return Response(body, media_type=_JSON)
+
+
+@router.post(
+    "/preempt",
+    response_model=wire.ExtenderPreemptionResult,
+    summary="Keep the preemption candidates on which eviction would make the pod fit",
+    openapi_extra=_body_doc(wire.ExtenderPreemptionArgs),
+)
+async def preempt(request: Request) -> Response:
+    """kube-scheduler's preempt call; answers by victim UID in both request modes."""
+    services = _services(request)
+    with services.metrics.observe("preempt"):
+        args = parse_body(wire.ExtenderPreemptionArgs, await request.body())
+        pod = _pod(args.Pod)
+        candidates: dict[str, Victims] = {}
+        given: dict[str, Pod] = {}
+        if args.NodeNameToMetaVictims is not None:
+            for node, meta in args.NodeNameToMetaVictims.items():
+                candidates[node] = Victims(tuple(p.UID for p in meta.Pods), meta.NumPDBViolations)
+        elif args.NodeNameToVictims is not None:
+            for node, full in args.NodeNameToVictims.items():
+                uids = []
+                for i, item in enumerate(full.Pods):
+                    try:
+                        victim = pod_from_dict(item, f"NodeNameToVictims.{node}.Pods[{i}]")
+                    except InvalidInput as exc:
+                        raise invalid(exc) from None
+                    given[victim.uid] = victim
+                    uids.append(victim.uid)
+                candidates[node] = Victims(tuple(uids), full.NumPDBViolations)
+        else:
+            raise BadRequest(422, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
+        kept = services.extender.preempt(pod, candidates, given)
+        services.metrics.preempt_nodes.labels("kept").inc(len(kept))
+        services.metrics.preempt_nodes.labels("vetoed").inc(len(candidates) - len(kept))
+        answer = wire.ExtenderPreemptionResult(
+            NodeNameToMetaVictims={
+                node: wire.MetaVictims(
+                    Pods=[wire.MetaPod(UID=u) for u in v.uids],
+                    NumPDBViolations=v.num_pdb_violations,
+                )
+                for node, v in kept.items()
+            }
+        )
+        return _json(answer)
+
+
+@router.post(
+    "/bind",
+    response_model=wire.ExtenderBindingResult,
+    summary="Bind the pod to the chosen node",
+    openapi_extra=_body_doc(wire.ExtenderBindingArgs),
+)
+async def bind(request: Request) -> Response:
+    """kube-scheduler's bind call: creates the Binding; failures come back as ``Error``."""
+    services = _services(request)
+    with services.metrics.observe("bind"):
+        args = parse_body(wire.ExtenderBindingArgs, await request.body())
+        # The gateway may block on the API server: keep the event loop free.
+        outcome = await asyncio.to_thread(
+            services.extender.bind, args.PodNamespace, args.PodName, args.PodUID, args.Node
+        )
+        services.metrics.binds.labels(outcome.reason).inc()
+        return _json(wire.ExtenderBindingResult(Error=outcome.error))

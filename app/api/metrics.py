@@ -1,0 +1,86 @@
+"""Prometheus metrics of one app instance (its own registry: nothing global)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0)  # fmt: skip
+
+
+class Metrics:
+    """``muster_*`` metrics: per-verb requests and latency, filter and bind outcomes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "muster_extender_requests",
+            "Extender calls by verb and HTTP status code.",
+            ["verb", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "muster_extender_request_duration_seconds",
+            "Time to answer an extender call, by verb.",
+            ["verb"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.filter_nodes = Counter(
+            "muster_filter_nodes",
+            "Candidate nodes judged by filter: feasible, failed or unresolvable.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.binds = Counter(
+            "muster_binds", "Bind outcomes by reason.", ["result"], registry=self.registry
+        )
+        self.preempt_nodes = Counter(
+            "muster_preempt_nodes",
+            "Preemption candidate nodes kept or vetoed.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.cache_nodes = Gauge(
+            "muster_cache_nodes", "Nodes in the cache.", registry=self.registry
+        )
+        self.cache_pods = Gauge("muster_cache_pods", "Pods in the cache.", registry=self.registry)
+
+    @contextmanager
+    def observe(self, verb: str) -> Iterator[list[int]]:
+        """Time a call; the caller may set ``status[0]`` to the HTTP code it answered."""
+        status = [200]
+        start = time.perf_counter()
+        try:
+            yield status
+        except Exception as exc:
+            status[0] = getattr(exc, "status", 500)
+            raise
+        finally:
+            self.latency.labels(verb).observe(time.perf_counter() - start)
+            self.requests.labels(verb, str(status[0])).inc()
+
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+def metrics(request: Request) -> Response:
+    """Prometheus text exposition of this server's metrics."""
+    services = request.app.state.muster
+    snapshot = services.cache.snapshot()
+    services.metrics.cache_nodes.set(len(snapshot.view.nodes))
+    services.metrics.cache_pods.set(len(snapshot.pods))
+    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

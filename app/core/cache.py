@@ -1,0 +1,394 @@
+"""The cluster cache: nodes, pods and what each node has left, shared by every request.
+
+One ``threading.RLock`` guards all state; public methods take it, ``_private`` helpers assume it
+is held. Readers take a ``NodeView`` (or a full ``Snapshot``): immutable, built at most once per
+generation, and cheap because node tables are copy-on-write numpy arrays.
+
+Binds are *assumed* first (the pod's requests count against the node at once, so concurrent
+binds cannot over-commit it), *confirmed* when the pod is seen bound (the watch, or the
+in-memory gateway in standalone mode), and *forgotten* on bind failure or after a TTL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import numpy as np
+
+from app.core.errors import BindRejected
+from app.core.model import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.quantity import format_milli
+
+_R = len(RESOURCE_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """An immutable view of every node and its usage at one cache generation.
+
+    Row ``i`` of ``allocatable``/``used`` belongs to ``nodes[i]``; columns follow
+    ``RESOURCE_NAMES``. ``special[i]`` is true when node ``i`` has taints or is unschedulable,
+    so filters only look closer at those.
+    """
+
+    generation: int
+    nodes: tuple[Node, ...]
+    index: Mapping[str, int]
+    allocatable: np.ndarray
+    used: np.ndarray
+    special: np.ndarray
+
+    @property
+    def free(self) -> np.ndarray:
+        """``allocatable - used`` per node and resource."""
+        return self.allocatable - self.used
+
+    def node(self, name: str) -> Node | None:
+        """The node called ``name``, if known."""
+        i = self.index.get(name)
+        return None if i is None else self.nodes[i]
+
+    def free_of(self, name: str) -> Resources:
+        """What node ``name`` has left (raises ``KeyError`` for an unknown node)."""
+        i = self.index[name]
+        return Resources(*(int(x) for x in self.allocatable[i] - self.used[i]))
+
+    def used_of(self, name: str) -> Resources:
+        """What node ``name`` has in use, assumed binds included."""
+        return Resources(*(int(x) for x in self.used[self.index[name]]))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A ``NodeView`` plus every pod and where each one counts."""
+
+    view: NodeView
+    pods: Mapping[str, Pod]
+    placement: Mapping[str, str]
+    assumed: frozenset[str] = field(default_factory=frozenset)
+
+    def pods_on(self, node: str) -> list[Pod]:
+        """Pods counting against ``node`` (bound or assumed), in no particular order."""
+        return [self.pods[uid] for uid, where in self.placement.items() if where == node]
+
+
+def shortfall(requests: Resources, free: Iterable[int]) -> str:
+    """Why ``requests`` do not fit into ``free``: ``"needs 4 nvidia.com/gpu, 2 free"``."""
+    parts = [
+        f"needs {format_milli(name, need)} {name}, {format_milli(name, max(have, 0))} free"
+        for name, need, have in zip(RESOURCE_NAMES, requests, free, strict=True)
+        if need > have
+    ]
+    return "; ".join(parts)
+
+
+class ClusterCache:
+    """Thread-safe store of nodes and pods with assume/confirm/forget for binds in flight."""
+
+    def __init__(
+        self, *, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lock = threading.RLock()
+        self._clock = clock
+        self._assume_ttl = assume_ttl
+        self._nodes: list[Node] = []
+        self._index: dict[str, int] = {}
+        self._alloc = np.zeros((0, _R), dtype=np.int64)
+        self._special = np.zeros(0, dtype=bool)
+        self._used = np.zeros((0, _R), dtype=np.int64)
+        self._pods: dict[str, Pod] = {}
+        self._placement: dict[str, str] = {}
+        self._assumed: dict[str, float] = {}
+        self._generation = 0
+        self._view: NodeView | None = None
+        self._snapshot: Snapshot | None = None
+        self._synced = False
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def upsert_node(self, node: Node) -> bool:
+        """Add or replace a node; returns whether anything changed."""
+        with self._lock:
+            return self._upsert_nodes([node])
+
+    def upsert_nodes(self, nodes: Iterable[Node]) -> bool:
+        """Add or replace several nodes at once (one generation step)."""
+        with self._lock:
+            return self._upsert_nodes(list(nodes))
+
+    def replace_nodes(self, nodes: Iterable[Node]) -> None:
+        """Make the node set exactly ``nodes`` (a relist)."""
+        nodes = list(nodes)
+        with self._lock:
+            wanted = {n.name for n in nodes}
+            for name in [n.name for n in self._nodes if n.name not in wanted]:
+                self._delete_node(name)
+            self._upsert_nodes(nodes)
+
+    def delete_node(self, name: str) -> None:
+        """Forget a node; pods still placed on it keep their placement until they go."""
+        with self._lock:
+            self._delete_node(name)
+
+    def _upsert_nodes(self, nodes: list[Node]) -> bool:
+        changed = [n for n in nodes if self._node_changed(n)]
+        if not changed:
+            return False
+        new_nodes = list(self._nodes)
+        new_index = dict(self._index)
+        alloc = self._alloc.copy()
+        special = self._special.copy()
+        appended: list[Node] = []
+        for node in changed:
+            i = new_index.get(node.name)
+            if i is None:
+                new_index[node.name] = len(new_nodes) + len(appended)
+                appended.append(node)
+            else:
+                new_nodes[i] = node
+                alloc[i] = node.allocatable
+                special[i] = _is_special(node)
+        if appended:
+            alloc = np.vstack([alloc, np.array([n.allocatable for n in appended], np.int64)])
+            special = np.concatenate([special, [_is_special(n) for n in appended]])
+            used_rows = [self._usage_of(n.name) for n in appended]
+            self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
+            new_nodes.extend(appended)
+        self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
+        self._bump()
+        return True
+
+    def _node_changed(self, node: Node) -> bool:
+        i = self._index.get(node.name)
+        return i is None or self._nodes[i] != node
+
+    def _delete_node(self, name: str) -> None:
+        i = self._index.get(name)
+        if i is None:
+            return
+        keep = [j for j in range(len(self._nodes)) if j != i]
+        self._nodes = [self._nodes[j] for j in keep]
+        self._index = {n.name: j for j, n in enumerate(self._nodes)}
+        self._alloc = self._alloc[keep]
+        self._special = self._special[keep]
+        self._used = self._used[keep]
+        self._bump()
+
+    def _usage_of(self, node: str) -> Resources:
+        total = Resources()
+        for uid, where in self._placement.items():
+            if where == node:
+                total = total + self._pods[uid].requests
+        return total
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: Pod) -> None:
+        """Add or replace a pod as the API (or a call) describes it.
+
+        A pod seen with ``spec.nodeName`` confirms an assumed bind; a finished pod stops
+        counting against its node.
+        """
+        with self._lock:
+            self._upsert_pod(pod)
+
+    def upsert_pods(self, pods: Iterable[Pod]) -> None:
+        """``upsert_pod`` for many pods under one lock."""
+        with self._lock:
+            for pod in pods:
+                self._upsert_pod(pod)
+
+    def learn_pod(self, pod: Pod) -> Pod:
+        """Record a pod seen in an extender call unless the cache already knows it better.
+
+        Returns the cached pod: once the watch (or a bind) has told more than the call, keep it.
+        """
+        with self._lock:
+            known = self._pods.get(pod.uid)
+            if known is not None and (known.node_name or not pod.node_name):
+                return known
+            self._upsert_pod(pod)
+            return pod
+
+    def replace_pods(self, pods: Iterable[Pod]) -> None:
+        """Make the pod set exactly ``pods`` (a relist); assumed binds in flight survive."""
+        pods = list(pods)
+        with self._lock:
+            wanted = {p.uid for p in pods}
+            for uid in [u for u in self._pods if u not in wanted and u not in self._assumed]:
+                self._delete_pod(uid)
+            for pod in pods:
+                self._upsert_pod(pod)
+
+    def delete_pod(self, uid: str) -> None:
+        """Forget a pod and give its resources back."""
+        with self._lock:
+            self._delete_pod(uid)
+
+    def _upsert_pod(self, pod: Pod) -> None:
+        old = self._pods.get(pod.uid)
+        self._pods[pod.uid] = pod
+        target = ""
+        if not pod.terminal:
+            if pod.node_name:
+                target = pod.node_name
+                self._assumed.pop(pod.uid, None)
+            elif pod.uid in self._assumed:
+                target = self._placement.get(pod.uid, "")
+        self._move(pod.uid, old.requests if old else None, pod.requests, target)
+        self._bump()
+
+    def _delete_pod(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        self._assumed.pop(uid, None)
+        if old is not None:
+            self._move(uid, old.requests, old.requests, "")
+            self._bump()
+
+    def _move(self, uid: str, old_req: Resources | None, new_req: Resources, target: str) -> None:
+        """Re-account pod ``uid`` from its current placement to ``target`` (``""``: none)."""
+        current = self._placement.get(uid, "")
+        if current and old_req is not None:
+            i = self._index.get(current)
+            if i is not None:
+                self._used[i] -= old_req
+        if target:
+            self._placement[uid] = target
+            i = self._index.get(target)
+            if i is not None:
+                self._used[i] += new_req
+        else:
+            self._placement.pop(uid, None)
+
+    # -- binds in flight ------------------------------------------------------------------
+
+    def assume(self, uid: str, node: str) -> Pod:
+        """Count pod ``uid`` against ``node`` now, before the API confirms the bind.
+
+        Raises ``BindRejected`` if the pod or node is unknown or the node no longer has room.
+        Checking and reserving happen under one lock, so parallel binds cannot over-commit.
+        """
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is None:
+                raise BindRejected(f"pod {uid} is unknown to Muster (no filter call seen)")
+            i = self._index.get(node)
+            if i is None:
+                raise BindRejected(f"node {node} is unknown to Muster")
+            if pod.node_name:
+                if pod.node_name == node:
+                    return pod
+                raise BindRejected(f"pod {pod.key} is already bound to {pod.node_name}")
+            if self._placement.get(uid) == node:
+                self._assumed[uid] = self._clock() + self._assume_ttl
+                return pod
+            self._move(uid, pod.requests, pod.requests, "")
+            free = self._alloc[i] - self._used[i]
+            need = np.asarray(pod.requests, dtype=np.int64)
+            if (need > free).any():
+                self._bump()
+                raise BindRejected(
+                    f"node {node} no longer fits {pod.key}: {shortfall(pod.requests, free)}"
+                )
+            self._move(uid, pod.requests, pod.requests, node)
+            self._assumed[uid] = self._clock() + self._assume_ttl
+            self._bump()
+            return pod
+
+    def forget(self, uid: str) -> None:
+        """Undo an assumed bind (the bind failed); a confirmed bind is left alone."""
+        with self._lock:
+            if self._assumed.pop(uid, None) is None:
+                return
+            pod = self._pods.get(uid)
+            if pod is not None and not pod.node_name:
+                self._move(uid, pod.requests, pod.requests, "")
+                self._bump()
+
+    def confirm(self, uid: str, node: str) -> None:
+        """Record that pod ``uid`` is bound to ``node`` (what the watch would report)."""
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is not None and pod.node_name != node:
+                self._upsert_pod(replace(pod, node_name=node))
+
+    def expire_assumed(self) -> list[str]:
+        """Forget assumptions older than the TTL that were never confirmed; returns their uids."""
+        with self._lock:
+            return self._expire()
+
+    def _expire(self) -> list[str]:
+        if not self._assumed:
+            return []
+        now = self._clock()
+        stale = [uid for uid, deadline in self._assumed.items() if deadline <= now]
+        for uid in stale:
+            del self._assumed[uid]
+            pod = self._pods.get(uid)
+            if pod is not None and not pod.node_name:
+                self._move(uid, pod.requests, pod.requests, "")
+        if stale:
+            self._bump()
+        return stale
+
+    # -- readers -------------------------------------------------------------------------
+
+    def pod(self, uid: str) -> Pod | None:
+        """The cached pod with this uid."""
+        with self._lock:
+            return self._pods.get(uid)
+
+    def view(self) -> NodeView:
+        """The current ``NodeView`` (shared between callers until something changes)."""
+        with self._lock:
+            self._expire()
+            if self._view is None:
+                self._view = NodeView(
+                    generation=self._generation,
+                    nodes=tuple(self._nodes),
+                    index=MappingProxyType(self._index),
+                    allocatable=self._alloc,
+                    used=self._used.copy(),
+                    special=self._special,
+                )
+            return self._view
+
+    def snapshot(self) -> Snapshot:
+        """The current ``Snapshot``: node view, pods, placements."""
+        with self._lock:
+            view = self.view()
+            if self._snapshot is None or self._snapshot.view is not view:
+                self._snapshot = Snapshot(
+                    view=view,
+                    pods=MappingProxyType(dict(self._pods)),
+                    placement=MappingProxyType(dict(self._placement)),
+                    assumed=frozenset(self._assumed),
+                )
+            return self._snapshot
+
+    @property
+    def generation(self) -> int:
+        """Increases on every change."""
+        return self._generation
+
+    @property
+    def synced(self) -> bool:
+        """Whether the cache holds a complete picture (initial list done, or file loaded)."""
+        return self._synced
+
+    def mark_synced(self, synced: bool = True) -> None:
+        """Set by the source that fills the cache once its initial load is complete."""
+        self._synced = synced
+
+    def _bump(self) -> None:
+        self._generation += 1
+        self._view = None
+        self._snapshot = None
+
+
+def _is_special(node: Node) -> bool:
+    return node.unschedulable or any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints)

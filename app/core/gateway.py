@@ -1,0 +1,107 @@
+"""The side effects Muster has on a cluster, behind one small interface.
+
+``app.k8s.gateway.KubeGateway`` talks to the Kubernetes API; ``InMemoryGateway`` here is the
+standalone mode's cluster (and the fake for tests): it applies each action to the cache the way
+the watch would report it, so both modes run the same code path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from app.core.cache import ClusterCache
+from app.core.errors import GatewayError
+
+
+class Gateway(Protocol):
+    """Actions on the cluster. Every method raises ``GatewayError`` when the API refuses."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding to ``node`` (pods/binding subresource)."""
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod through the Eviction API (PodDisruptionBudgets apply)."""
+
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge-patch the pod's annotations (``None`` removes a key)."""
+
+    def event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """Record an Event about the pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event the in-memory gateway was asked to record."""
+
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    kind: str
+
+
+class InMemoryGateway:
+    """A cluster without an API server: actions go straight into the cache.
+
+    ``fail`` maps an action and pod (``("bind", "ns/name")``) to a ``GatewayError`` to raise
+    once, so tests can script API failures.
+    """
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+        self._lock = threading.Lock()
+        self.bindings: list[tuple[str, str]] = []
+        self.evictions: list[str] = []
+        self.events: list[RecordedEvent] = []
+        self.fail: dict[tuple[str, str], GatewayError] = {}
+
+    def _scripted_failure(self, action: str, namespace: str, name: str) -> None:
+        with self._lock:
+            error = self.fail.pop((action, f"{namespace}/{name}"), None)
+        if error is not None:
+            raise error
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._scripted_failure("bind", namespace, name)
+        pod = self._cache.pod(uid)
+        if pod is None:
+            raise GatewayError("NotFound", f'pods "{name}" not found')
+        if pod.node_name and pod.node_name != node:
+            raise GatewayError(
+                "Conflict", f'pod {namespace}/{name} is already assigned to node "{pod.node_name}"'
+            )
+        self._cache.confirm(uid, node)
+        with self._lock:
+            self.bindings.append((f"{namespace}/{name}", node))
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        self._scripted_failure("evict", namespace, name)
+        self._cache.delete_pod(uid)
+        with self._lock:
+            self.evictions.append(f"{namespace}/{name}")
+
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        self._scripted_failure("annotate", namespace, name)
+        snapshot = self._cache.snapshot()
+        for pod in snapshot.pods.values():
+            if pod.namespace == namespace and pod.name == name:
+                merged = {**pod.annotations, **annotations}
+                clean = {k: v for k, v in merged.items() if v is not None}
+                self._cache.upsert_pod(replace(pod, annotations=clean))
+                return
+        raise GatewayError("NotFound", f'pods "{name}" not found')
+
+    def event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        with self._lock:
+            self.events.append(RecordedEvent(namespace, name, reason, message, kind))

@@ -1,0 +1,257 @@
+"""Translate Kubernetes API JSON (camelCase dicts) into ``app.core.model`` values.
+
+One translation serves every source: objects embedded in extender calls, objects from the watch
+(``app.k8s`` serialises client objects to the same JSON first) and cluster files. Every problem
+raises ``InvalidInput`` with the path of the offending field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from app.core.errors import InvalidInput
+from app.core.model import (
+    CPU,
+    GPU,
+    MEMORY,
+    PODS,
+    ZERO,
+    Node,
+    Pod,
+    Requirement,
+    Resources,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+from app.core.quantity import parse_milli
+
+_ONE_POD = Resources(pods=1000)
+
+
+def _obj(value: Any, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput(field, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(field, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, field: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _str_map(value: Any, field: str) -> dict[str, str]:
+    result = {}
+    for key, item in _obj(value, field).items():
+        result[key] = _str(item, f"{field}.{key}")
+    return result
+
+
+def resources_from_map(value: Any, field: str) -> Resources:
+    """The accounted resources of a ``{name: quantity}`` map; other names are ignored."""
+    amounts = _obj(value, field)
+    if not amounts:
+        return ZERO
+    for name, quantity in amounts.items():
+        # Validate every quantity, including ones Muster does not account for.
+        if name not in (GPU, CPU, MEMORY, PODS):
+            parse_milli(quantity, f"{field}.{name}")
+    return Resources(
+        gpu=parse_milli(amounts[GPU], f"{field}.{GPU}") if GPU in amounts else 0,
+        cpu=parse_milli(amounts[CPU], f"{field}.{CPU}") if CPU in amounts else 0,
+        memory=parse_milli(amounts[MEMORY], f"{field}.{MEMORY}") if MEMORY in amounts else 0,
+        pods=parse_milli(amounts[PODS], f"{field}.{PODS}") if PODS in amounts else 0,
+    )
+
+
+def _container_requests(container: Any, field: str) -> Resources:
+    resources = _obj(_obj(container, field).get("resources"), f"{field}.resources")
+    requests = resources_from_map(resources.get("requests"), f"{field}.resources.requests")
+    limits = resources_from_map(resources.get("limits"), f"{field}.resources.limits")
+    # A limit without a request means request == limit (the API server defaults it so).
+    given = _obj(resources.get("requests"), f"{field}.resources.requests")
+    names = (GPU, CPU, MEMORY, PODS)
+    return Resources(
+        *(
+            req if name in given else lim
+            for name, req, lim in zip(names, requests, limits, strict=True)
+        )
+    )
+
+
+def effective_requests(spec: Mapping[str, Any], field: str = "spec") -> Resources:
+    """A pod's requests computed the Kubernetes way.
+
+    The sum over containers, against the peak of init containers (restartable "sidecar" init
+    containers keep running, so they add to everything after them), plus the pod overhead and
+    one ``pods`` unit.
+    """
+    total = ZERO
+    for i, container in enumerate(_list(spec.get("containers"), f"{field}.containers")):
+        total = total + _container_requests(container, f"{field}.containers[{i}]")
+    sidecars = ZERO
+    init_peak = ZERO
+    init_field = f"{field}.initContainers"
+    for i, container in enumerate(_list(spec.get("initContainers"), init_field)):
+        requests = _container_requests(container, f"{init_field}[{i}]")
+        if _obj(container, f"{init_field}[{i}]").get("restartPolicy") == "Always":
+            total = total + requests
+            sidecars = sidecars + requests
+            running = sidecars
+        else:
+            running = requests + sidecars
+        init_peak = init_peak.max(running)
+    total = total.max(init_peak)
+    overhead = resources_from_map(spec.get("overhead"), f"{field}.overhead")
+    return total + overhead + _ONE_POD
+
+
+def _requirements(value: Any, field: str) -> tuple[Requirement, ...]:
+    result = []
+    for i, item in enumerate(_list(value, field)):
+        item_field = f"{field}[{i}]"
+        item = _obj(item, item_field)
+        operator = _str(item.get("operator"), f"{item_field}.operator")
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+            raise InvalidInput(f"{item_field}.operator", f"unknown operator {operator!r}")
+        values = tuple(
+            _str(v, f"{item_field}.values[{j}]")
+            for j, v in enumerate(_list(item.get("values"), f"{item_field}.values"))
+        )
+        result.append(Requirement(_str(item.get("key"), f"{item_field}.key"), operator, values))
+    return tuple(result)
+
+
+def _required_affinity(spec: Mapping[str, Any], field: str) -> tuple[SelectorTerm, ...] | None:
+    affinity = _obj(spec.get("affinity"), f"{field}.affinity")
+    node_affinity = _obj(affinity.get("nodeAffinity"), f"{field}.affinity.nodeAffinity")
+    path = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return None
+    terms = []
+    for i, term in enumerate(_list(_obj(required, path).get("nodeSelectorTerms"), path)):
+        term_field = f"{path}.nodeSelectorTerms[{i}]"
+        term = _obj(term, term_field)
+        terms.append(
+            SelectorTerm(
+                _requirements(term.get("matchExpressions"), f"{term_field}.matchExpressions"),
+                _requirements(term.get("matchFields"), f"{term_field}.matchFields"),
+            )
+        )
+    return tuple(terms)
+
+
+def _tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
+    result = []
+    for i, item in enumerate(_list(value, field)):
+        f = f"{field}[{i}]"
+        item = _obj(item, f)
+        result.append(
+            Toleration(
+                key=_str(item.get("key"), f"{f}.key"),
+                operator=_str(item.get("operator"), f"{f}.operator", "Equal") or "Equal",
+                value=_str(item.get("value"), f"{f}.value"),
+                effect=_str(item.get("effect"), f"{f}.effect"),
+            )
+        )
+    return tuple(result)
+
+
+def _timestamp(value: Any, field: str) -> float:
+    if value in (None, ""):
+        return 0.0
+    text = _str(value, field)
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise InvalidInput(field, f"unparsable timestamp {text!r}") from exc
+
+
+def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
+    """Build a ``Pod`` from its API JSON. Requires ``metadata.name``; the rest may be absent."""
+    data = _obj(data, field)
+    if not data:
+        raise InvalidInput(field, "missing pod object")
+    meta = _obj(data.get("metadata"), f"{field}.metadata")
+    spec = _obj(data.get("spec"), f"{field}.spec")
+    status = _obj(data.get("status"), f"{field}.status")
+    name = _str(meta.get("name"), f"{field}.metadata.name")
+    if not name:
+        raise InvalidInput(f"{field}.metadata.name", "missing")
+    namespace = _str(meta.get("namespace"), f"{field}.metadata.namespace", "default") or "default"
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidInput(f"{field}.spec.priority", f"expected an integer, got {priority!r}")
+    return Pod(
+        uid=_str(meta.get("uid"), f"{field}.metadata.uid") or f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        requests=effective_requests(spec, f"{field}.spec"),
+        node_name=_str(spec.get("nodeName"), f"{field}.spec.nodeName"),
+        phase=_str(status.get("phase"), f"{field}.status.phase", "Pending") or "Pending",
+        priority=priority,
+        labels=_str_map(meta.get("labels"), f"{field}.metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), f"{field}.metadata.annotations"),
+        node_selector=_str_map(spec.get("nodeSelector"), f"{field}.spec.nodeSelector"),
+        tolerations=_tolerations(spec.get("tolerations"), f"{field}.spec.tolerations"),
+        required_affinity=_required_affinity(spec, f"{field}.spec"),
+        scheduler_name=_str(spec.get("schedulerName"), f"{field}.spec.schedulerName", "")
+        or "default-scheduler",
+        created=_timestamp(meta.get("creationTimestamp"), f"{field}.metadata.creationTimestamp"),
+        deleting=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def node_from_dict(data: Any, field: str = "Node") -> Node:
+    """Build a ``Node`` from its API JSON (allocatable, else capacity; labels; taints)."""
+    data = _obj(data, field)
+    meta = _obj(data.get("metadata"), f"{field}.metadata")
+    spec = _obj(data.get("spec"), f"{field}.spec")
+    status = _obj(data.get("status"), f"{field}.status")
+    name = _str(meta.get("name"), f"{field}.metadata.name")
+    if not name:
+        raise InvalidInput(f"{field}.metadata.name", "missing")
+    amounts = status.get("allocatable")
+    amounts_field = f"{field}.status.allocatable"
+    if amounts is None:
+        amounts, amounts_field = status.get("capacity"), f"{field}.status.capacity"
+    taints = []
+    for i, item in enumerate(_list(spec.get("taints"), f"{field}.spec.taints")):
+        f = f"{field}.spec.taints[{i}]"
+        item = _obj(item, f)
+        taints.append(
+            Taint(
+                key=_str(item.get("key"), f"{f}.key"),
+                value=_str(item.get("value"), f"{f}.value"),
+                effect=_str(item.get("effect"), f"{f}.effect", "NoSchedule"),
+            )
+        )
+    unschedulable = spec.get("unschedulable", False)
+    if not isinstance(unschedulable, bool) and unschedulable is not None:
+        raise InvalidInput(f"{field}.spec.unschedulable", "expected a boolean")
+    return Node(
+        name=name,
+        allocatable=resources_from_map(amounts, amounts_field),
+        labels=_str_map(meta.get("labels"), f"{field}.metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), f"{field}.metadata.annotations"),
+        taints=tuple(taints),
+        unschedulable=bool(unschedulable),
+    )

@@ -1,0 +1,14 @@
+"""Cordoned nodes (``spec.unschedulable``) take only pods that tolerate the cordon taint."""
+
+from __future__ import annotations
+
+from app.core.model import Node, Pod, Taint
+
+_CORDON = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
+
+
+def check(node: Node, pod: Pod) -> str | None:
+    """``None`` if the node is schedulable for ``pod``, else the reason."""
+    if node.unschedulable and not any(t.tolerates(_CORDON) for t in pod.tolerations):
+        return "node is unschedulable (cordoned)"
+    return None

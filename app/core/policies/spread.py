@@ -1,0 +1,15 @@
+"""Spreading: the emptier the node after placement, the higher the score."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.core.cache import NodeView
+from app.core.model import Resources
+from app.core.policies.allocation import keeps_gpus_free, utilisation_after
+
+
+def score(view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
+    """Integer scores 0-10 for nodes ``rows``."""
+    raw = (1.0 - utilisation_after(view, rows, requests)) * keeps_gpus_free(view, rows, requests)
+    return np.rint(raw * 10).astype(np.int64)

@@ -1,0 +1,51 @@
+"""The app factory: one FastAPI app per call, with its own services (nothing global)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import debug, errors, extender, health, metrics
+from app.core.gateway import Gateway
+from app.services import Services, build_services
+from app.settings import Settings
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    services: Services | None = None,
+    gateway: Gateway | None = None,
+    api_client: Any = None,
+) -> FastAPI:
+    """Build a Muster server for ``settings`` (default: standalone on the demo cluster).
+
+    ``services`` (or ``gateway`` / ``api_client``) may be injected by tests. The cluster watch,
+    if any, starts with the app's lifespan and stops with it.
+    """
+    settings = settings or Settings(demo=True)
+    services = services or build_services(settings, gateway=gateway, api_client=api_client)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services.start()
+        try:
+            yield
+        finally:
+            services.stop()
+
+    app = FastAPI(
+        title="Muster",
+        version=__version__,
+        summary="kube-scheduler extender for gang, queue and GPU-aware scheduling of AI/ML jobs",
+        lifespan=lifespan,
+    )
+    app.state.muster = services
+    errors.install(app)
+    for module in (extender, debug, health, metrics):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,35 @@
+"""Runtime settings of one Muster server (built by the CLI, or directly by tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEMO_CLUSTER = Path(__file__).parent / "data" / "demo-cluster.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How a server gets its cluster and how it schedules.
+
+    ``mode`` is ``"standalone"`` (nodes from ``cluster_file``; binds kept in memory) or
+    ``"cluster"`` (list+watch of a real API server reached through ``kubeconfig`` or the
+    in-cluster service account).
+    """
+
+    mode: str = "standalone"
+    cluster_file: Path | None = None
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    strategy: str = "binpack"
+    assume_ttl_seconds: float = 30.0
+    demo: bool = False
+
+    def describe(self) -> str:
+        """One line saying where the cluster comes from."""
+        if self.mode == "cluster":
+            source = "in-cluster service account" if self.in_cluster else "kubeconfig"
+            return f"cluster mode ({source}{': ' + self.kubeconfig if self.kubeconfig else ''})"
+        if self.demo:
+            return f"standalone mode on the built-in demo cluster ({DEMO_CLUSTER.name})"
+        return f"standalone mode on cluster file {self.cluster_file}"
