@@ -1,0 +1,182 @@
+"""Cluster cache: accounting, assume/confirm/forget/TTL, snapshots, thread safety."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from app.core.cache import ClusterCache
+from app.core.errors import BindRejected
+from tests.factories import node, pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gpus_used(cache: ClusterCache, name: str) -> int:
+    return cache.view().used_of(name).gpu // 1000
+
+
+def test_usage_follows_pod_lifecycle() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    p = pod(gpu=3, node="a", phase="Running")
+    cache.upsert_pod(p)
+    assert gpus_used(cache, "a") == 3
+    cache.upsert_pod(replace(p, phase="Succeeded"))
+    assert gpus_used(cache, "a") == 0
+    cache.upsert_pod(replace(p, phase="Running"))
+    cache.delete_pod(p.uid)
+    assert gpus_used(cache, "a") == 0
+
+
+def test_pod_seen_before_its_node_is_counted_when_node_arrives() -> None:
+    cache = ClusterCache()
+    cache.upsert_pod(pod(gpu=2, node="late"))
+    cache.upsert_node(node("late", gpus=4))
+    assert gpus_used(cache, "late") == 2
+
+
+def test_assume_then_confirm() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=4))
+    p = pod(gpu=4)
+    cache.upsert_pod(p)
+    cache.assume(p.uid, "a")
+    assert gpus_used(cache, "a") == 4
+    assert p.uid in cache.snapshot().assumed
+    cache.upsert_pod(replace(p, node_name="a"))  # the watch sees the binding
+    assert gpus_used(cache, "a") == 4
+    assert p.uid not in cache.snapshot().assumed
+
+
+def test_assume_rejects_when_node_is_full() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=4))
+    first, second = pod(gpu=3), pod(gpu=2)
+    cache.upsert_pods([first, second])
+    cache.assume(first.uid, "a")
+    with pytest.raises(BindRejected, match="needs 2 nvidia.com/gpu, 1 free"):
+        cache.assume(second.uid, "a")
+    assert gpus_used(cache, "a") == 3
+
+
+@pytest.mark.parametrize(
+    ("uid_known", "node_known", "message"),
+    [(False, True, "unknown to Muster"), (True, False, "node ghost is unknown")],
+)
+def test_assume_unknowns(uid_known: bool, node_known: bool, message: str) -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a"))
+    p = pod(gpu=1)
+    if uid_known:
+        cache.upsert_pod(p)
+    with pytest.raises(BindRejected, match=message):
+        cache.assume(p.uid, "a" if node_known else "ghost")
+
+
+def test_forget_and_ttl() -> None:
+    clock = Clock()
+    cache = ClusterCache(assume_ttl=30, clock=clock)
+    cache.upsert_node(node("a", gpus=8))
+    p, q = pod(gpu=2), pod(gpu=2)
+    cache.upsert_pods([p, q])
+    cache.assume(p.uid, "a")
+    cache.assume(q.uid, "a")
+    cache.forget(p.uid)
+    assert gpus_used(cache, "a") == 2
+    clock.now = 29.9
+    assert gpus_used(cache, "a") == 2
+    clock.now = 30.0
+    assert gpus_used(cache, "a") == 0  # never confirmed: expired
+
+
+def test_forget_leaves_confirmed_binds() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    p = pod(gpu=2)
+    cache.upsert_pod(p)
+    cache.assume(p.uid, "a")
+    cache.confirm(p.uid, "a")
+    cache.forget(p.uid)
+    assert gpus_used(cache, "a") == 2
+
+
+def test_learn_pod_does_not_overwrite_watch_knowledge() -> None:
+    cache = ClusterCache()
+    bound = pod(gpu=1, node="a")
+    cache.upsert_pod(bound)
+    seen = cache.learn_pod(replace(bound, node_name=""))
+    assert seen.node_name == "a"
+
+
+def test_views_are_immutable_and_shared_until_change() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    v1 = cache.view()
+    assert cache.view() is v1
+    cache.upsert_pod(pod(gpu=8, node="a"))
+    v2 = cache.view()
+    assert v2 is not v1
+    assert v1.used_of("a").gpu == 0 and v2.used_of("a").gpu == 8000
+
+
+def test_node_update_and_delete() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("a", gpus=8), node("b", gpus=4)])
+    cache.upsert_pod(pod(gpu=1, node="b"))
+    assert not cache.upsert_node(node("a", gpus=8))  # unchanged
+    cache.upsert_node(node("a", gpus=4))
+    cache.delete_node("a")
+    view = cache.view()
+    assert [n.name for n in view.nodes] == ["b"]
+    assert view.used_of("b").gpu == 1000 and view.free_of("b").gpu == 3000
+    cache.replace_nodes([node("c")])
+    assert [n.name for n in cache.view().nodes] == ["c"]
+
+
+def test_replace_pods_keeps_binds_in_flight() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    inflight, gone = pod(gpu=2), pod(gpu=1, node="a")
+    cache.upsert_pods([inflight, gone])
+    cache.assume(inflight.uid, "a")
+    cache.replace_pods([])
+    assert gpus_used(cache, "a") == 2
+
+
+def test_parallel_assumes_never_overcommit() -> None:
+    """Many threads race to bind 1-GPU pods onto few nodes: exactly capacity succeeds."""
+    cache = ClusterCache()
+    cache.upsert_nodes(node(f"n{i}", gpus=8) for i in range(4))
+    pods = [pod(gpu=1) for _ in range(200)]
+    cache.upsert_pods(pods)
+    accepted: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker(chunk: list) -> None:
+        barrier.wait()
+        for i, p in enumerate(chunk):
+            try:
+                cache.assume(p.uid, f"n{i % 4}")
+            except BindRejected:
+                continue
+            with lock:
+                accepted.append(p.uid)
+
+    threads = [threading.Thread(target=worker, args=(pods[k::8],)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == 32
+    view = cache.view()
+    assert all(view.used_of(f"n{i}").gpu == 8000 for i in range(4))
