@@ -34,6 +34,8 @@ _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
 )
 _cache: dict[str, int] = {}
+#: Larger amounts are refused: node tables are int64, and sums over a node's pods must not wrap.
+MAX_MILLI = 2**56
 
 
 def parse_milli(value: object, field: str = "") -> int:
@@ -66,6 +68,8 @@ def parse_milli(value: object, field: str = "") -> int:
     if amount < 0:
         raise InvalidInput(field, f"negative quantity {value!r}")
     milli = int((amount * 1000).to_integral_value(rounding=ROUND_CEILING))
+    if milli > MAX_MILLI:
+        raise InvalidInput(field, f"quantity {value!r} is too large")
     if len(_cache) < 4096:
         _cache[text] = milli
     return milli

@@ -30,7 +30,9 @@ def test_parse(text: object, milli: int) -> None:
     assert parse_milli(text) == milli
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", "5Xi", "-1", "-100m", "1 Gi", True, None, []])
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "1.2.3", "5Xi", "-1", "-100m", "1 Gi", True, None, [], "1e30", "100Ei"]
+)
 def test_rejects_with_field(bad: object) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_milli(bad, "spec.cpu")

@@ -1,0 +1,105 @@
+"""Health, readiness, debug views, metrics and OpenAPI on a running server."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.api.metrics import Metrics
+from app.core.cache import ClusterCache
+from app.core.extender import Extender
+from app.core.gateway import InMemoryGateway
+from app.main import create_app
+from app.services import Services
+from app.settings import Settings
+from tests.conftest import running
+from tests.factories import pod_json
+
+
+def test_health_ready_debug_and_metrics() -> None:
+    with running(create_app()) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and "demo cluster" in ready.json()["mode"]
+        pod = pod_json("trainer", gpu=4)
+        body = json.dumps({"Pod": pod, "NodeNames": ["h100-0", "a100-0", "cpu-0"]})
+        feasible = client.post("/filter", content=body).json()["NodeNames"]
+        assert feasible == ["h100-0", "a100-0"]
+        scores = client.post(
+            "/prioritize", content=json.dumps({"Pod": pod, "NodeNames": feasible})
+        ).json()
+        best = max(scores, key=lambda e: e["Score"])["Host"]
+        assert best == "a100-0"  # 4 of 4 GPUs used beats 4 of 8: bin-packing
+        bind = {
+            "PodName": "trainer",
+            "PodNamespace": "default",
+            "PodUID": pod["metadata"]["uid"],
+            "Node": best,
+        }
+        assert client.post("/bind", content=json.dumps(bind)).json() == {"Error": ""}
+
+        nodes = {n["name"]: n for n in client.get("/debug/nodes").json()["nodes"]}
+        assert nodes["a100-0"]["gpus"] == {"total": 4.0, "used": 4.0, "free": 0.0}
+        assert nodes["a100-0"]["free"]["nvidia.com/gpu"] == "0" and nodes["a100-0"]["pods"] == 1
+        pods = client.get("/debug/pods").json()["pods"]
+        assert [(p["name"], p["node"], p["state"]) for p in pods] == [
+            ("trainer", "a100-0", "bound")
+        ]
+
+        text = client.get("/metrics").text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        requests = {
+            (s.labels["verb"], s.labels["code"]): s.value
+            for s in families["muster_extender_requests"].samples
+            if s.name.endswith("_total")
+        }
+        assert requests == {("filter", "200"): 1, ("prioritize", "200"): 1, ("bind", "200"): 1}
+        latency = [
+            s
+            for s in families["muster_extender_request_duration_seconds"].samples
+            if s.name.endswith("_count")
+        ]
+        assert {s.labels["verb"]: s.value for s in latency} == {
+            "filter": 1,
+            "prioritize": 1,
+            "bind": 1,
+        }
+        feasible_count = [
+            s.value
+            for s in families["muster_filter_nodes"].samples
+            if s.labels.get("result") == "feasible"
+        ]
+        assert feasible_count == [2]
+        assert client.get("/docs").status_code == 200
+        paths = client.get("/openapi.json").json()["paths"]
+        assert {"/filter", "/prioritize", "/preempt", "/bind", "/debug/nodes"} <= set(paths)
+        assert "Pod" in json.dumps(paths["/filter"]["post"]["requestBody"])
+
+
+def test_bad_request_is_counted_with_its_code() -> None:
+    with running(create_app()) as client:
+        client.post("/filter", content="{")
+        text = client.get("/metrics").text
+    assert 'muster_extender_requests_total{code="400",verb="filter"} 1.0' in text
+
+
+def test_readyz_is_503_until_synced() -> None:
+    cache = ClusterCache()
+    services = Services(
+        Settings(),
+        cache,
+        InMemoryGateway(cache),
+        Extender(cache, InMemoryGateway(cache)),
+        Metrics(),
+    )
+    with running(create_app(services=services)) as client:
+        assert client.get("/readyz").status_code == 503
+        cache.mark_synced()
+        assert client.get("/readyz").status_code == 200
+
+
+def test_each_app_has_its_own_state() -> None:
+    first, second = create_app(), create_app()
+    assert first.state.muster.cache is not second.state.muster.cache
+    assert first.state.muster.metrics.registry is not second.state.muster.metrics.registry
