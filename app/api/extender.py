@@ -77,8 +77,13 @@ async def filter_nodes(request: Request) -> Response:
         m.labels("feasible").inc(len(result.feasible))
         m.labels("failed").inc(len(result.failed))
         m.labels("unresolvable").inc(len(result.unresolvable))
+        # Unresolvable nodes are listed in FailedNodes too. kube-scheduler 1.21+ lets
+        # FailedAndUnresolvableNodes take precedence for a node named in both (so its own
+        # preemption still skips it); 1.20 and older ignore that map and would otherwise drop
+        # the reason from the pod's FailedScheduling event.
         answer = wire.ExtenderFilterResult(
-            FailedNodes=result.failed, FailedAndUnresolvableNodes=result.unresolvable
+            FailedNodes={**result.failed, **result.unresolvable},
+            FailedAndUnresolvableNodes=result.unresolvable,
         )
         if args.Nodes is not None:
             keep = set(result.feasible)
