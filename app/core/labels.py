@@ -1,0 +1,62 @@
+"""Every label and annotation key Muster reads or writes, in one place.
+
+Muster's own keys use the ``muster.io/`` prefix. It also understands, as-is, the keys other
+batch schedulers and job controllers put on pods, so workloads migrate without relabelling.
+Keys are looked up in labels first, then annotations (conventions differ on which they use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+PREFIX = "muster.io/"
+
+# -- Muster's own ----------------------------------------------------------------------
+POD_GROUP = "muster.io/pod-group"
+MIN_MEMBER = "muster.io/min-member"
+MAX_MEMBER = "muster.io/max-member"
+GANG_TIMEOUT = "muster.io/gang-timeout"
+QUEUE = "muster.io/queue"
+GPU_FRACTION = "muster.io/gpu-fraction"
+MANAGED_NAMESPACE = "muster.io/managed"
+DEFAULT_QUEUE_ANNOTATION = "muster.io/default-queue"
+
+# -- other schedulers' conventions -----------------------------------------------------
+#: (group-name key, min-member key or None), in the order they are consulted.
+GROUP_CONVENTIONS: tuple[tuple[str, str | None], ...] = (
+    (POD_GROUP, MIN_MEMBER),
+    ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io/min-available"),
+    ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-min-member"),
+    ("kueue.x-k8s.io/pod-group-name", "kueue.x-k8s.io/pod-group-total-count"),
+    ("pod-group-name", "kai.scheduler/batch-min-member"),
+    ("yunikorn.apache.org/task-group-name", None),
+)
+#: Queue keys, in the order they are consulted.
+QUEUE_KEYS: tuple[str, ...] = (
+    QUEUE,
+    "kueue.x-k8s.io/queue-name",
+    "scheduling.volcano.sh/queue-name",
+    "kai.scheduler/queue",
+    "yunikorn.apache.org/queue",
+)
+#: GPU fraction keys (KAI's ``gpu-fraction`` is accepted too).
+GPU_FRACTION_KEYS: tuple[str, ...] = (GPU_FRACTION, "gpu-fraction")
+
+
+def lookup(key: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    """The value of ``key`` in ``labels``, else in ``annotations``, else ``None``."""
+    value = labels.get(key)
+    if value is None:
+        value = annotations.get(key)
+    return value
+
+
+def first(
+    keys: tuple[str, ...], labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """``(key, value)`` for the first of ``keys`` that is set, else ``None``."""
+    for key in keys:
+        value = lookup(key, labels, annotations)
+        if value:
+            return key, value
+    return None
