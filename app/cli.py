@@ -18,7 +18,12 @@ log = logging.getLogger("muster")
 
 def _serve_settings(args: argparse.Namespace) -> Settings:
     """Choose the mode: a cluster file, else Kubernetes access, else the demo cluster."""
-    common = {"strategy": args.strategy, "assume_ttl_seconds": args.assume_ttl}
+    common = {
+        "strategy": args.strategy,
+        "assume_ttl_seconds": args.assume_ttl,
+        "bind_barrier_seconds": args.bind_barrier,
+        "plan_ttl_seconds": args.plan_ttl,
+    }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
     if args.demo:
@@ -78,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how prioritize ranks nodes (default binpack)")  # fmt: skip
     s.add_argument("--assume-ttl", type=float, default=30.0, metavar="SECONDS",
                    help="forget an unconfirmed bind after this long (default 30)")  # fmt: skip
+    s.add_argument("--bind-barrier", type=float, default=4.0, metavar="SECONDS",
+                   help="how long a gang member's bind waits for its gang (default 4; "
+                        "keep below the extender httpTimeout)")  # fmt: skip
+    s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a gang plan holds its nodes (default 60)")  # fmt: skip
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.add_argument("--access-log", action="store_true", help="log every HTTP request")
     s.set_defaults(func=serve)

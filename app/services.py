@@ -11,6 +11,8 @@ from app.core.cache import ClusterCache
 from app.core.clusterfile import load_cluster_file
 from app.core.extender import Extender
 from app.core.gateway import Gateway, InMemoryGateway
+from app.core.loop import PlannerLoop
+from app.core.planner import Planner
 from app.settings import DEMO_CLUSTER, Settings
 
 log = logging.getLogger("muster")
@@ -33,14 +35,19 @@ class Services:
     extender: Extender
     metrics: Metrics
     source: Source | None = None
+    planner_loop: PlannerLoop | None = None
 
     def start(self) -> None:
-        """Start filling the cache (cluster mode); standalone caches are full already."""
+        """Start filling the cache (cluster mode) and the planner's background loop."""
         if self.source is not None:
             self.source.start()
+        if self.planner_loop is not None:
+            self.planner_loop.start()
 
     def stop(self) -> None:
         """Stop background work."""
+        if self.planner_loop is not None:
+            self.planner_loop.stop()
         if self.source is not None:
             self.source.stop()
 
@@ -69,5 +76,13 @@ def build_services(
         cache.upsert_nodes(load_cluster_file(path))
         cache.mark_synced()
         gateway = gateway or InMemoryGateway(cache)
-    extender = Extender(cache, gateway, strategy=settings.strategy)
-    return Services(settings, cache, gateway, extender, Metrics(), source)
+    planner = Planner(cache, strategy=settings.strategy, plan_ttl=settings.plan_ttl_seconds)
+    extender = Extender(
+        cache,
+        gateway,
+        strategy=settings.strategy,
+        planner=planner,
+        barrier_timeout=settings.bind_barrier_seconds,
+    )
+    loop = PlannerLoop(planner, gateway)
+    return Services(settings, cache, gateway, extender, Metrics(), source, loop)

@@ -24,6 +24,22 @@ class Settings:
     strategy: str = "binpack"
     assume_ttl_seconds: float = 30.0
     demo: bool = False
+    #: How long a gang member's bind waits for the rest of its gang; keep it below the
+    #: extender httpTimeout kube-scheduler uses (5 s in scheduler-config/).
+    bind_barrier_seconds: float = 4.0
+    #: How long a gang's plan holds its reservation before the gang must have started.
+    plan_ttl_seconds: float = 60.0
+    #: The admission webhook sets this ``spec.schedulerName`` (the profile in scheduler-config/).
+    scheduler_name: str = "muster"
+    #: The queue of pods that name none and whose namespace has no default-queue annotation.
+    default_queue: str = "default"
+    #: Muster's own namespace: the webhook never touches pods there (nor in kube-system).
+    muster_namespace: str = "muster-system"
+    #: Serving certificate and key of the HTTPS listener (the webhook); both or neither.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: Port of the HTTPS listener, opened only when ``tls_cert``/``tls_key`` are set.
+    webhook_port: int = 8443
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

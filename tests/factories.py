@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.core.model import Node, Pod
 from app.core.objects import node_from_dict, pod_from_dict
 
 _uids = itertools.count(1)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def pod_json(
@@ -27,8 +29,12 @@ def pod_json(
     affinity_terms: list[dict[str, Any]] | None = None,
     priority: int = 0,
     phase: str = "Pending",
+    created: float | None = None,
 ) -> dict[str, Any]:
-    """A pod as the API server would send it (one container)."""
+    """A pod as the API server would send it (one container).
+
+    ``created`` is seconds after 2026-01-01T00:00:00Z (the creation timestamp).
+    """
     n = next(_uids)
     name = name or f"pod-{n}"
     requests: dict[str, str] = {"cpu": cpu, "memory": memory}
@@ -52,8 +58,14 @@ def pod_json(
                 }
             }
         }
+    stamp = (
+        (EPOCH + timedelta(seconds=created)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if created is not None
+        else None
+    )
     return {
         "metadata": {
+            "creationTimestamp": stamp,
             "name": name,
             "namespace": namespace,
             "uid": uid or f"uid-{name}-{n}",

@@ -76,3 +76,15 @@ def pods(request: Request) -> dict[str, Any]:
         )
     items.sort(key=lambda p: (p["namespace"], p["name"]))
     return {"count": len(items), "pods": items}
+
+
+@router.get("/gangs", summary="Every gang with its state, plan and current reason")
+def gangs(request: Request) -> dict[str, Any]:
+    """Per gang: waiting / planned / binding / running, members seen and bound, the plan
+    (member -> node), elastic members, age and why it waits."""
+    services = request.app.state.muster
+    items = services.extender.planner.describe()
+    waiting = services.extender.binder.waiting
+    for item in items:
+        item["atBarrier"] = waiting.get(item["gang"], 0)
+    return {"count": len(items), "gangs": items}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -170,9 +169,8 @@ async def bind(request: Request) -> Response:
     services = _services(request)
     with services.metrics.observe("bind"):
         args = parse_body(wire.ExtenderBindingArgs, await request.body())
-        # The gateway may block on the API server: keep the event loop free.
-        outcome = await asyncio.to_thread(
-            services.extender.bind, args.PodNamespace, args.PodName, args.PodUID, args.Node
+        outcome = await services.extender.bind(
+            args.PodNamespace, args.PodName, args.PodUID, args.Node
         )
         services.metrics.binds.labels(outcome.reason).inc()
         return _json(wire.ExtenderBindingResult(Error=outcome.error))

@@ -70,6 +70,11 @@ class Snapshot:
     pods: Mapping[str, Pod]
     placement: Mapping[str, str]
     assumed: frozenset[str] = field(default_factory=frozenset)
+    reserved: Mapping[str, str] = field(default_factory=dict)
+
+    def holds_node(self, pod: Pod) -> bool:
+        """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
+        return bool(pod.node_name) or pod.uid in self.assumed
 
     def pods_on(self, node: str) -> list[Pod]:
         """Pods counting against ``node`` (bound or assumed), in no particular order."""
@@ -103,6 +108,7 @@ class ClusterCache:
         self._pods: dict[str, Pod] = {}
         self._placement: dict[str, str] = {}
         self._assumed: dict[str, float] = {}
+        self._reserved: dict[str, str] = {}
         self._generation = 0
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -237,14 +243,18 @@ class ClusterCache:
             if pod.node_name:
                 target = pod.node_name
                 self._assumed.pop(pod.uid, None)
-            elif pod.uid in self._assumed:
+                self._reserved.pop(pod.uid, None)
+            elif pod.uid in self._assumed or pod.uid in self._reserved:
                 target = self._placement.get(pod.uid, "")
+        else:
+            self._reserved.pop(pod.uid, None)
         self._move(pod.uid, old.requests if old else None, pod.requests, target)
         self._bump()
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         self._assumed.pop(uid, None)
+        self._reserved.pop(uid, None)
         if old is not None:
             self._move(uid, old.requests, old.requests, "")
             self._bump()
@@ -316,6 +326,58 @@ class ClusterCache:
             if pod is not None and pod.node_name != node:
                 self._upsert_pod(replace(pod, node_name=node))
 
+    def reserve(self, placements: Mapping[str, str]) -> str:
+        """Hold room for a plan: count each pod (uid -> node) against its node, all or none.
+
+        Returns ``""`` on success, else why nothing was reserved (a node is gone or no longer
+        has room). Pods already holding their node are left as they are.
+        """
+        with self._lock:
+            needed: dict[int, np.ndarray] = {}
+            todo: list[tuple[str, str, int]] = []
+            for uid, node in placements.items():
+                pod = self._pods.get(uid)
+                if pod is None:
+                    return f"pod {uid} is gone"
+                if pod.node_name or uid in self._assumed or self._placement.get(uid) == node:
+                    continue
+                i = self._index.get(node)
+                if i is None:
+                    return f"node {node} is gone"
+                needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
+                todo.append((uid, node, i))
+            for i, need in needed.items():
+                free = self._alloc[i] - self._used[i]
+                if (need > free).any():
+                    node = self._nodes[i].name
+                    return f"node {node} no longer has room: {shortfall(Resources(*need), free)}"
+            for uid, node, _ in todo:
+                if uid in self._reserved:
+                    self._unreserve(uid)
+                pod = self._pods[uid]
+                self._move(uid, pod.requests, pod.requests, node)
+                self._reserved[uid] = node
+            if todo:
+                self._bump()
+            return ""
+
+    def unreserve(self, uids: Iterable[str]) -> None:
+        """Release plan reservations (pods already bound or binding keep their node)."""
+        with self._lock:
+            changed = False
+            for uid in uids:
+                if uid in self._reserved:
+                    self._unreserve(uid)
+                    changed = True
+            if changed:
+                self._bump()
+
+    def _unreserve(self, uid: str) -> None:
+        self._reserved.pop(uid, None)
+        pod = self._pods.get(uid)
+        if pod is not None and not pod.node_name and uid not in self._assumed:
+            self._move(uid, pod.requests, pod.requests, "")
+
     def expire_assumed(self) -> list[str]:
         """Forget assumptions older than the TTL that were never confirmed; returns their uids."""
         with self._lock:
@@ -367,6 +429,7 @@ class ClusterCache:
                     pods=MappingProxyType(dict(self._pods)),
                     placement=MappingProxyType(dict(self._placement)),
                     assumed=frozenset(self._assumed),
+                    reserved=MappingProxyType(dict(self._reserved)),
                 )
             return self._snapshot
 

@@ -1,7 +1,13 @@
-"""The extender service: the four kube-scheduler verbs over the cluster cache.
+"""The extender service: the four kube-scheduler verbs over the cluster cache and the planner.
 
 HTTP handlers translate wire JSON into model values and call this; it owns no I/O except
-through the ``Gateway`` that ``Binder`` uses.
+through the ``Gateway`` that binds use.
+
+Gang members are served from the planner's plans: filter offers exactly the planned node and
+rejects every other candidate as *unresolvable* (FailedAndUnresolvableNodes) — on purpose:
+kube-scheduler's own preemption works pod by pod and must never evict pods on behalf of one
+member of a gang; freeing room for whole gangs is the planner's job. For the same reason
+preempt vetoes every candidate for a gang member, and never offers part of a gang as victims.
 """
 
 from __future__ import annotations
@@ -12,20 +18,34 @@ from app.core import preempt
 from app.core.binding import Binder, BindOutcome
 from app.core.cache import ClusterCache
 from app.core.filter import FilterResult, filter_nodes
+from app.core.gangbind import GangBinder
 from app.core.gateway import Gateway
 from app.core.model import Node, Pod
-from app.core.prioritize import STRATEGIES, prioritize
+from app.core.planner import Planner
+from app.core.podgroup import gang_spec
+from app.core.prioritize import MAX_SCORE, STRATEGIES, prioritize
 
 
 class Extender:
     """filter / prioritize / preempt / bind for one cluster cache."""
 
-    def __init__(self, cache: ClusterCache, gateway: Gateway, *, strategy: str = "binpack") -> None:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        gateway: Gateway,
+        *,
+        strategy: str = "binpack",
+        planner: Planner | None = None,
+        barrier_timeout: float = 4.0,
+    ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
         self.cache = cache
         self.strategy = strategy
-        self._binder = Binder(cache, gateway)
+        self.planner = planner or Planner(cache, strategy=strategy)
+        self.binder = GangBinder(
+            cache, self.planner, Binder(cache, gateway), gateway, timeout=barrier_timeout
+        )
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
@@ -42,14 +62,33 @@ class Extender:
     ) -> FilterResult:
         """Which candidates may take ``pod`` (``nodes`` also refresh the cache)."""
         pod, names = self._candidates(pod, names, nodes)
-        return filter_nodes(self.cache.view(), pod, names)
+        verdict = self.planner.verdict(pod)
+        if not verdict.gang:
+            return filter_nodes(self.cache.view(), pod, names)
+        if verdict.node and verdict.node not in names:
+            verdict = self.planner.replan_member(pod, names)
+        if not verdict.node:
+            return FilterResult(unresolvable=dict.fromkeys(names, verdict.reason))
+        elsewhere = f"gang {verdict.gang}: this member is planned on {verdict.node}"
+        return FilterResult(
+            feasible=[verdict.node],
+            unresolvable={n: elsewhere for n in names if n != verdict.node},
+        )
 
     def prioritize(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
     ) -> list[tuple[str, int]]:
-        """``(node, score 0-10)`` for every candidate."""
+        """``(node, score 0-10)`` for every candidate; a gang member's planned node scores 10."""
         pod, names = self._candidates(pod, names, nodes)
         scores = prioritize(self.cache.view(), pod, names, self.strategy)
+        spec = gang_spec(pod)
+        plan = self.planner.plan(spec.key) if spec else None
+        planned = plan.node_of(pod.uid) if plan else None
+        if planned:
+            scores = [
+                MAX_SCORE if n == planned else min(s, MAX_SCORE - 1)
+                for n, s in zip(names, scores, strict=True)
+            ]
         return list(zip(names, scores, strict=True))
 
     def preempt(
@@ -60,8 +99,10 @@ class Extender:
     ) -> dict[str, preempt.Victims]:
         """The candidate nodes (with their victims) on which preemption would let ``pod`` fit."""
         pod = self.cache.learn_pod(pod)
+        if gang_spec(pod) is not None:
+            return {}
         return preempt.filter_candidates(self.cache.snapshot(), pod, candidates, given)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
-        """Bind the pod to ``node``; see ``Binder.bind``."""
-        return self._binder.bind(namespace, name, uid, node)
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind the pod to ``node``; gang members through the barrier (see ``gangbind``)."""
+        return await self.binder.bind(namespace, name, uid, node)

@@ -44,6 +44,22 @@ def _node_check(node: Node, pod: Pod) -> str | None:
     return None
 
 
+def eligible(view: NodeView, pod: Pod) -> np.ndarray:
+    """Per node: do the per-node checks (cordon, taints, selector, affinity) let ``pod`` in?
+
+    Independent of usage, so a planner can compute it once per member and reuse it.
+    """
+    mask = np.ones(len(view.nodes), dtype=bool)
+    if pod.node_selector or pod.required_affinity is not None:
+        rows = range(len(view.nodes))
+    else:
+        rows = np.flatnonzero(view.special).tolist()
+    for i in rows:
+        if _node_check(view.nodes[i], pod) is not None:
+            mask[i] = False
+    return mask
+
+
 def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult:
     """Decide every candidate in ``names`` for ``pod`` against ``view``.
 

@@ -59,6 +59,7 @@ class InMemoryGateway:
         self._lock = threading.Lock()
         self.bindings: list[tuple[str, str]] = []
         self.evictions: list[str] = []
+        self.deletions: list[str] = []
         self.events: list[RecordedEvent] = []
         self.fail: dict[tuple[str, str], GatewayError] = {}
 
@@ -86,6 +87,14 @@ class InMemoryGateway:
         self._cache.delete_pod(uid)
         with self._lock:
             self.evictions.append(f"{namespace}/{name}")
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self._scripted_failure("delete", namespace, name)
+        if self._cache.pod(uid) is None:
+            raise GatewayError("NotFound", f'pods "{name}" not found')
+        self._cache.delete_pod(uid)
+        with self._lock:
+            self.deletions.append(f"{namespace}/{name}")
 
     def annotate_pod(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from app.core.cache import NodeView, Snapshot
 from app.core.model import Pod
+from app.core.podgroup import gang_spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +39,25 @@ def filter_candidates(
     candidates: Mapping[str, Victims],
     given: Mapping[str, Pod] | None = None,
 ) -> dict[str, Victims]:
-    """The candidates on which evicting the proposed victims lets the pod's GPUs fit."""
+    """The candidates on which evicting the proposed victims lets the pod's GPUs fit.
+
+    A node whose victims include a gang member is dropped: evicting part of a gang would leave
+    the rest of it idle (whole-gang preemption is the planner's business).
+    """
     view: NodeView = snapshot.view
     given = given or {}
     kept: dict[str, Victims] = {}
     for node, victims in candidates.items():
         if node not in view.index:
             continue
+        if any(_in_gang(snapshot, given, uid) for uid in victims.uids):
+            continue
         free = view.free_of(node).gpu + gpus_freed(snapshot, node, victims.uids, given)
         if free >= pod.requests.gpu:
             kept[node] = victims
     return kept
+
+
+def _in_gang(snapshot: Snapshot, given: Mapping[str, Pod], uid: str) -> bool:
+    pod = snapshot.pods.get(uid) or given.get(uid)
+    return pod is not None and gang_spec(pod) is not None

@@ -1,0 +1,75 @@
+"""The planner's background loop: cycle when the cluster changes, and nudge planned members.
+
+A pod kube-scheduler rejected waits in its unschedulable queue until something about the
+cluster or the pod changes, then backs off. When a cycle plans a gang whose members were
+rejected earlier, the loop annotates each of them (``muster.io/planned``) so kube-scheduler
+retries them now instead of after a long backoff or the 5-minute flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from app.core.errors import GatewayError
+from app.core.gateway import Gateway
+from app.core.planner import Planner
+
+log = logging.getLogger("muster.planner")
+PLANNED_ANNOTATION = "muster.io/planned"
+
+
+class PlannerLoop:
+    """Runs ``planner.cycle()`` on cache changes (checked every ``poll`` s) and every
+    ``interval`` s, then nudges newly planned members through the gateway."""
+
+    def __init__(
+        self, planner: Planner, gateway: Gateway, *, poll: float = 0.05, interval: float = 1.0
+    ) -> None:
+        self._planner = planner
+        self._gateway = gateway
+        self._poll = poll
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.nudges = 0
+
+    def start(self) -> None:
+        """Start the loop thread."""
+        self._thread = threading.Thread(target=self._run, name="muster-planner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and wait for its thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run_once(self, *, force: bool = False) -> None:
+        """One cycle and the nudges it calls for (also used by tests and the simulator)."""
+        self._planner.cycle(force=force)
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Annotate planned members kube-scheduler has not retried since they were planned."""
+        for gang, pod in self._planner.to_nudge():
+            try:
+                self._gateway.annotate_pod(
+                    pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
+                )
+                self.nudges += 1
+            except GatewayError as exc:
+                log.info("could not nudge %s: %s", pod.key, exc)
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stop.wait(self._poll):
+            now = time.monotonic()
+            try:
+                force = now - last >= self._interval
+                self.run_once(force=force)
+                if force:
+                    last = now
+            except Exception:  # the loop must survive anything one cycle does
+                log.exception("planner cycle failed")

@@ -1,0 +1,320 @@
+"""The planner: a scheduling cycle over every pending gang, and the plans it holds.
+
+kube-scheduler sees one pod at a time; the planner sees the whole pending set. A cycle takes a
+snapshot, orders the gangs that are ready (enough members exist) fairly — higher priority
+first, then older first — and places each gang's missing core members all at once
+(``actions.allocate``). A gang that fits gets a **plan** (member -> node) whose room is reserved
+in the cache, so every other pod and gang sees it as taken; a gang that does not fit holds
+nothing and gets a reason. Elastic members beyond min-member are placed after every waiting
+gang's core, one by one, only where room is left.
+
+Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.core.actions.allocate import allocate, why_unplaced
+from app.core.cache import ClusterCache, Snapshot
+from app.core.model import Pod
+from app.core.podgroup import Gang, collect_gangs, gang_spec
+
+
+@dataclass(slots=True)
+class Plan:
+    """Where a gang's members go. ``core`` members count towards min-member."""
+
+    gang: str
+    members: dict[str, str]
+    core: frozenset[str]
+    min_member: int
+    created: float
+    expires: float
+    released: bool = False  # the barrier let the core bind; later members bind at once
+    nudged: set[str] = field(default_factory=set)
+
+    def node_of(self, uid: str) -> str | None:
+        """The planned node of member ``uid``."""
+        return self.members.get(uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the planner says about one pod in filter.
+
+    ``gang`` is empty for a pod that is not in a gang (schedule it on its own); otherwise
+    ``node`` is its planned node, or empty with ``reason`` saying why it must wait.
+    """
+
+    gang: str = ""
+    node: str = ""
+    reason: str = ""
+
+
+class Planner:
+    """Holds plans and runs cycles; thread-safe (one lock, cycles are short)."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        *,
+        strategy: str = "binpack",
+        plan_ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cache = cache
+        self._strategy = strategy
+        self._plan_ttl = plan_ttl
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._plans: dict[str, Plan] = {}
+        self._reasons: dict[str, str] = {}
+        self._last_generation = -1
+        self.cycles = 0
+
+    # -- queries -------------------------------------------------------------------------
+
+    def plan(self, gang: str) -> Plan | None:
+        """The live plan of ``gang``, if any."""
+        with self._lock:
+            return self._plans.get(gang)
+
+    def verdict(self, pod: Pod) -> Verdict:
+        """Where ``pod`` should go per the plans, planning on demand if it has no plan yet."""
+        spec = gang_spec(pod)
+        if spec is None:
+            return Verdict()
+        with self._lock:
+            plan = self._plans.get(spec.key)
+            if plan is None or pod.uid not in plan.members:
+                self.cycle()
+                plan = self._plans.get(spec.key)
+            if plan is not None and pod.uid in plan.members:
+                return Verdict(spec.key, plan.members[pod.uid])
+            reason = self._reasons.get(spec.key) or "waiting for the planner"
+            return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+
+    def replan_member(self, pod: Pod, candidates: Sequence[str]) -> Verdict:
+        """Move a planned member onto one of ``candidates`` (kube-scheduler removed its node).
+
+        If no candidate has room, the whole plan is released and the reason says so.
+        """
+        spec = gang_spec(pod)
+        assert spec is not None
+        with self._lock:
+            plan = self._plans.get(spec.key)
+            if plan is None or pod.uid not in plan.members:
+                return self.verdict(pod)
+            old = plan.members[pod.uid]
+            self._cache.unreserve([pod.uid])
+            view = self._cache.view()
+            allowed = np.zeros(len(view.nodes), dtype=bool)
+            for name in candidates:
+                i = view.index.get(name)
+                if i is not None:
+                    allowed[i] = True
+            placed = allocate(view, [pod], strategy=self._strategy, allowed={pod.uid: allowed})
+            node = placed.placed.get(pod.uid)
+            if node and not self._cache.reserve({pod.uid: node}):
+                plan.members[pod.uid] = node
+                return Verdict(spec.key, node)
+            why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
+            self._release(spec.key, why)
+            return Verdict(spec.key, "", f"gang {spec.key}: {why}")
+
+    def release(self, gang: str, reason: str) -> None:
+        """Drop ``gang``'s plan and its reservations (bind timeout, rollback)."""
+        with self._lock:
+            self._release(gang, reason)
+
+    def mark_released(self, gang: str) -> None:
+        """The gang's core has reached bind together: later members may bind at once."""
+        with self._lock:
+            plan = self._plans.get(gang)
+            if plan is not None:
+                plan.released = True
+
+    def to_nudge(self) -> list[tuple[str, Pod]]:
+        """Planned members not yet nudged (so kube-scheduler retries them now); marks them."""
+        with self._lock:
+            snapshot = self._cache.snapshot()
+            out = []
+            for plan in self._plans.values():
+                for uid in plan.members:
+                    pod = snapshot.pods.get(uid)
+                    if uid not in plan.nudged and pod is not None and not snapshot.holds_node(pod):
+                        plan.nudged.add(uid)
+                        out.append((plan.gang, pod))
+            return out
+
+    # -- the cycle -----------------------------------------------------------------------
+
+    def cycle(self, *, force: bool = False) -> list[str]:
+        """Plan every ready gang in fair order; returns the gangs that got a new plan.
+
+        Skips the work when nothing changed since the last cycle (unless ``force``).
+        """
+        with self._lock:
+            now = self._clock()
+            if (
+                not force
+                and self._cache.generation == self._last_generation
+                and not any(p.expires <= now for p in self._plans.values())
+            ):
+                return []
+            self.cycles += 1
+            snapshot = self._cache.snapshot()
+            gangs = collect_gangs(snapshot.pods.values(), snapshot.holds_node)
+            self._tidy(snapshot, gangs, now)
+            planned = []
+            waiting = [g for g in gangs.values() if not g.running and g.key not in self._plans]
+            waiting.sort(key=lambda g: (-g.priority, g.created, g.key))
+            for gang in waiting:
+                if self._plan_core(gang, now):
+                    planned.append(gang.key)
+            for gang in sorted(gangs.values(), key=lambda g: (-g.priority, g.created, g.key)):
+                self._plan_extras(gang, now)
+            self._last_generation = self._cache.generation
+            return planned
+
+    def _tidy(self, snapshot: Snapshot, gangs: dict[str, Gang], now: float) -> None:
+        """Drop plans whose gang is gone, done, or late; forget stale reasons."""
+        for key in list(self._plans):
+            plan = self._plans[key]
+            gang = gangs.get(key)
+            if gang is None:
+                self._release(key, "gang is gone")
+                continue
+            live = {p.uid for p in gang.members}
+            unbound = [
+                u for u in plan.members if u in live and u not in {p.uid for p in gang.bound}
+            ]
+            if not unbound:
+                del self._plans[key]  # every planned member holds its node: plan fulfilled
+            elif any(u not in live for u in plan.members if u in plan.core) and not gang.running:
+                self._release(key, "a planned member was deleted")
+            elif plan.expires <= now and not gang.running:
+                self._release(
+                    key, f"plan expired: the gang did not start within {self._plan_ttl:g}s"
+                )
+        for key in list(self._reasons):
+            if key not in gangs:
+                del self._reasons[key]
+
+    def _plan_core(self, gang: Gang, now: float) -> bool:
+        if gang.problem:
+            self._reasons[gang.key] = gang.problem
+            return False
+        missing = gang.min_member - len(gang.bound)
+        if len(gang.members) < gang.min_member:
+            self._reasons[gang.key] = (
+                f"waiting for members: {len(gang.members)} of {gang.min_member} exist"
+            )
+            return False
+        core = gang.pending[:missing]
+        view = self._cache.view()
+        allocation = allocate(view, core, strategy=self._strategy)
+        if not allocation.complete:
+            self._reasons[gang.key] = why_unplaced(
+                view, allocation, gang.min_member - len(gang.bound) + len(gang.bound)
+            )
+            return False
+        why = self._cache.reserve(allocation.placed)
+        if why:
+            self._reasons[gang.key] = f"plan could not be reserved ({why}); retrying"
+            return False
+        ttl = gang.timeout or self._plan_ttl
+        self._plans[gang.key] = Plan(
+            gang=gang.key,
+            members=dict(allocation.placed),
+            core=frozenset(allocation.placed),
+            min_member=gang.min_member,
+            created=now,
+            expires=now + ttl,
+        )
+        self._reasons.pop(gang.key, None)
+        return True
+
+    def _plan_extras(self, gang: Gang, now: float) -> None:
+        """Elastic members beyond min-member, placed one by one where room is left."""
+        if gang.problem or not (gang.running or gang.key in self._plans):
+            return
+        plan = self._plans.get(gang.key)
+        planned = set(plan.members) if plan else set()
+        room = (
+            gang.limit
+            - len(gang.bound)
+            - len([u for u in planned if u not in {p.uid for p in gang.bound}])
+        )
+        extras = [p for p in gang.pending if p.uid not in planned][: max(room, 0)]
+        for pod in extras:
+            allocation = allocate(self._cache.view(), [pod], strategy=self._strategy)
+            node = allocation.placed.get(pod.uid)
+            if not node or self._cache.reserve({pod.uid: node}):
+                self._reasons[gang.key] = "elastic members wait for free capacity"
+                break
+            if plan is None:
+                plan = self._plans[gang.key] = Plan(
+                    gang=gang.key, members={}, core=frozenset(), min_member=gang.min_member,
+                    created=now, expires=now + (gang.timeout or self._plan_ttl), released=True,
+                )  # fmt: skip
+            plan.members[pod.uid] = node
+
+    def _release(self, gang: str, reason: str) -> None:
+        plan = self._plans.pop(gang, None)
+        if plan is not None:
+            self._cache.unreserve(plan.members)
+        self._reasons[gang] = reason
+
+    # -- debug ---------------------------------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every gang with its state, members seen/bound, plan, age and current reason."""
+        with self._lock:
+            snapshot = self._cache.snapshot()
+            gangs = collect_gangs(snapshot.pods.values(), snapshot.holds_node)
+            now_wall = time.time()
+            rows = []
+            for key in sorted(gangs):
+                gang = gangs[key]
+                plan = self._plans.get(key)
+                if gang.running and not gang.pending:
+                    state = "running"
+                elif plan is not None and plan.released:
+                    state = "binding" if not gang.running else "running"
+                elif plan is not None:
+                    state = "planned"
+                else:
+                    state = "running" if gang.running else "waiting"
+                names = {p.uid: p.name for p in gang.members}
+                rows.append(
+                    {
+                        "gang": key,
+                        "state": state,
+                        "minMember": gang.min_member,
+                        "maxMember": gang.max_member,
+                        "members": len(gang.members),
+                        "bound": len(gang.bound),
+                        "priority": gang.priority,
+                        "ageSeconds": round(max(now_wall - gang.created, 0.0), 1)
+                        if gang.created
+                        else None,
+                        "plan": {names.get(u, u): n for u, n in plan.members.items()}
+                        if plan
+                        else {},
+                        "elastic": sorted(
+                            names.get(u, u) for u in plan.members if u not in plan.core
+                        )
+                        if plan
+                        else [],
+                        "reason": self._reasons.get(key, ""),
+                    }
+                )
+            return rows

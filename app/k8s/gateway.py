@@ -1,0 +1,224 @@
+"""``KubeGateway``: Muster's side effects (bind, evict, annotate, event) on a real cluster.
+
+Every call carries a short request timeout, because the extender's bind must answer within
+kube-scheduler's ``httpTimeout`` (5 s by default), and every API failure surfaces as
+``GatewayError(reason, message)`` with the Status message of the API server.
+Responses are not deserialised (``_preload_content=False``): nothing in them is needed, and
+the client fails to deserialise a Binding response (its ``target`` is required but absent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from app.core.errors import GatewayError
+
+log = logging.getLogger("muster.k8s.gateway")
+
+COMPONENT = "muster"
+#: (connect, read) seconds for every call.
+DEFAULT_TIMEOUT = (2.0, 4.0)
+
+_REASONS = {
+    400: "Invalid",
+    401: "Forbidden",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    422: "Invalid",
+    429: "TooManyRequests",
+}
+# Limits of core/v1 Event validation (pkg/apis/core/validation/events.go).
+_MAX_MESSAGE = 1024
+_MAX_REASON = 128
+_MAX_INSTANCE = 128
+_MAX_NAME = 253
+
+
+def _status_message(exc: ApiException) -> str:
+    """The ``message`` of the Status body, else ``"<code> <reason>"``."""
+    try:
+        body = json.loads(exc.body or "")
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return f"{exc.status} {exc.reason}".strip()
+
+
+def gateway_error(exc: BaseException, action: str) -> GatewayError:
+    """Translate a client exception into a ``GatewayError`` (``action`` names the call)."""
+    if isinstance(exc, ApiException) and exc.status:
+        return GatewayError(_REASONS.get(exc.status, "Unavailable"), _status_message(exc))
+    if isinstance(exc, ApiException):  # status 0: TLS failure inside the client
+        return GatewayError("Unavailable", f"{action}: {exc.reason}")
+    return GatewayError("Unavailable", f"{action}: {exc}")
+
+
+def _eviction_unsupported(exc: ApiException) -> bool:
+    """Whether the server refused an Eviction because it does not know its apiVersion.
+
+    Before 1.22 the eviction subresource only decodes ``policy/v1beta1``; a ``policy/v1``
+    body gets 400 ("no kind Eviction is registered for version policy/v1") or 404/415/422.
+    """
+    if exc.status not in (400, 404, 415, 422):
+        return False
+    message = _status_message(exc)
+    return "policy/v1" in message and "v1beta1" not in message
+
+
+def _truncate(text: str, limit: int) -> str:
+    """At most ``limit`` UTF-8 bytes of ``text`` (the API counts bytes)."""
+    data = text.encode()
+    return text if len(data) <= limit else data[:limit].decode(errors="ignore")
+
+
+def _micro_now() -> datetime:
+    now = datetime.now(UTC)
+    # The client serialises datetimes with isoformat(), which drops a zero fraction, but the
+    # API parses eventTime (MicroTime) with a mandatory 6-digit fraction.
+    return now if now.microsecond else now.replace(microsecond=1)
+
+
+class KubeGateway:
+    """The ``app.core.gateway.Gateway`` protocol against the Kubernetes API.
+
+    ``instance`` is the Event ``reportingInstance`` (default: this host's name); ``timeout``
+    is the (connect, read) timeout in seconds of every call.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        instance: str | None = None,
+        timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+    ) -> None:
+        self._core = CoreV1Api(api)
+        self._instance = (instance or f"{COMPONENT}-{socket.gethostname()}")[:_MAX_INSTANCE]
+        self._timeout = timeout
+        self._eviction_version = "policy/v1"
+        self._lock = threading.Lock()
+
+    def _call(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Call ``fn``; refusals propagate as ``ApiException``, transport failures become
+        ``GatewayError("Unavailable")``."""
+        try:
+            response = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            try:
+                response.read()
+            finally:
+                response.release_conn()
+        except (HTTPError, OSError) as exc:
+            raise gateway_error(exc, action) from exc
+
+    def _do(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """``_call`` with every failure as ``GatewayError``."""
+        try:
+            self._call(action, fn, *args, **kwargs)
+        except ApiException as exc:
+            raise gateway_error(exc, action) from exc
+
+    # -- Gateway ------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod to ``node`` (409 Conflict if it is already bound anywhere)."""
+        metadata: dict[str, str] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._do("bind", self._core.create_namespaced_pod_binding, name, namespace, body)
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod; 429 (a PodDisruptionBudget forbids it) is ``TooManyRequests``."""
+        with self._lock:
+            version = self._eviction_version
+        try:
+            body = self._eviction(version, namespace, name, uid)
+            self._call("evict", self._core.create_namespaced_pod_eviction, name, namespace, body)
+            return
+        except ApiException as exc:
+            if version == "policy/v1beta1" or not _eviction_unsupported(exc):
+                raise gateway_error(exc, "evict") from exc
+        log.info("the API server does not know policy/v1 Eviction; using policy/v1beta1")
+        with self._lock:
+            self._eviction_version = "policy/v1beta1"
+        body = self._eviction("policy/v1beta1", namespace, name, uid)
+        self._do("evict", self._core.create_namespaced_pod_eviction, name, namespace, body)
+
+    @staticmethod
+    def _eviction(version: str, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "apiVersion": version,
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:  # evict exactly this pod, not a successor with the same name
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        return body
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod at once, only if it still has ``uid`` (used to roll a gang back)."""
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}} if uid else {}
+        self._do("delete", self._core.delete_namespaced_pod, name, namespace, body=body)
+
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge-patch ``metadata.annotations`` (a ``None`` value removes the key)."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._do(
+            "annotate",
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            body,
+            _content_type="application/merge-patch+json",
+        )
+
+    def event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """Create a core/v1 Event about the pod, reported by ``muster``."""
+        now = _micro_now()
+        suffix = f".{time.time_ns():x}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name[: _MAX_NAME - len(suffix)] + suffix, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                **({"uid": uid} if uid else {}),
+            },
+            "type": kind,
+            "reason": _truncate(reason, _MAX_REASON),
+            "message": _truncate(message, _MAX_MESSAGE),
+            "action": "Scheduling",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._instance,
+            "eventTime": now,
+            "firstTimestamp": now.replace(microsecond=0),
+            "lastTimestamp": now.replace(microsecond=0),
+            "count": 1,
+        }
+        self._do("event", self._core.create_namespaced_event, namespace, body)

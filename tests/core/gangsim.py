@@ -1,0 +1,71 @@
+"""A tiny in-process stand-in for kube-scheduler, for gang scenario tests.
+
+It does what kube-scheduler does per pod: filter over every node, prioritize the feasible
+ones, pick the best, then bind in the background (binds of different pods overlap, as in
+kube-scheduler's binding goroutines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from app.core.binding import BindOutcome
+from app.core.cache import ClusterCache
+from app.core.extender import Extender
+from app.core.gateway import InMemoryGateway
+from app.core.model import Node, Pod
+from app.core.planner import Planner
+
+
+@dataclass
+class Attempt:
+    """One scheduling attempt: the filter's answer and, if a node was chosen, the bind task."""
+
+    pod: Pod
+    node: str = ""
+    reason: str = ""
+    bind: asyncio.Task[BindOutcome] | None = None
+
+
+@dataclass
+class Cluster:
+    """A cache, in-memory gateway, planner and extender wired like the server's."""
+
+    nodes: list[Node]
+    barrier_timeout: float = 2.0
+    cache: ClusterCache = field(init=False)
+    gateway: InMemoryGateway = field(init=False)
+    extender: Extender = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = ClusterCache()
+        self.cache.upsert_nodes(self.nodes)
+        self.gateway = InMemoryGateway(self.cache)
+        self.extender = Extender(
+            self.cache,
+            self.gateway,
+            planner=Planner(self.cache),
+            barrier_timeout=self.barrier_timeout,
+        )
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def attempt(self, pod: Pod) -> Attempt:
+        """Filter + prioritize + start the bind, like one kube-scheduler cycle."""
+        result = self.extender.filter(pod, self.names)
+        if not result.feasible:
+            reasons = sorted(set(result.failed.values()) | set(result.unresolvable.values()))
+            return Attempt(pod, reason="; ".join(reasons))
+        scores = self.extender.prioritize(pod, result.feasible)
+        node = max(scores, key=lambda s: s[1])[0]
+        task = asyncio.get_running_loop().create_task(
+            self.extender.bind(pod.namespace, pod.name, pod.uid, node)
+        )
+        return Attempt(pod, node=node, bind=task)
+
+    def bound(self, pod: Pod) -> str:
+        current = self.cache.pod(pod.uid)
+        return current.node_name if current else ""
