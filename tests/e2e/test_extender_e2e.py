@@ -8,172 +8,33 @@ objects with GPU capacity (no kubelet: bound pods stay Pending with ``spec.nodeN
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
-import kubernetes.client
 import pytest
-from controlplane import GPU_RESOURCE, ControlPlane, create_gpu_node, wait_for
-from kubernetes import watch
-
-from app.main import create_app
-from app.settings import Settings
-from tests.conftest import running
+from controlplane import create_gpu_node, wait_for
+from harness import (
+    GPUS_PER_NODE,
+    BindingWatch,
+    binds_by_muster,
+    gpu_pod,
+    make_namespace,
+    muster_cluster,
+    node_names,
+    wait_nodes,
+)
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
 ]
 
-GPUS_PER_NODE = 8
-#: kube-scheduler 1.20 reads v1beta1; the shipped files (scheduler-config/) are v1 for current
-#: clusters and otherwise the same extender settings.
-SCHEDULER_CONFIG = """\
-apiVersion: kubescheduler.config.k8s.io/v1beta1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: "{kubeconfig}"
-leaderElection:
-  leaderElect: false
-healthzBindAddress: "{healthz}"
-metricsBindAddress: "{metrics}"
-podInitialBackoffSeconds: 1
-podMaxBackoffSeconds: 2
-profiles:
-  - schedulerName: muster
-extenders:
-  - urlPrefix: "MUSTER_URL"
-    filterVerb: filter
-    prioritizeVerb: prioritize
-    preemptVerb: preempt
-    bindVerb: bind
-    weight: 5
-    enableHTTPS: false
-    nodeCacheCapable: true
-    httpTimeout: 5s
-    ignorable: false
-    managedResources:
-      - name: nvidia.com/gpu
-        ignoredByScheduler: true
-"""
-
-
-class BindingWatch:
-    """Records every pod's node as the API server reports it, from a watch in a thread."""
-
-    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
-        self.placements: dict[str, tuple[str, int]] = {}
-        self.max_gpus: Counter[str] = Counter()
-        self._core, self._namespace = core, namespace
-        self._watch = watch.Watch()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._stopped = False
-        self.error: Exception | None = None
-
-    def _run(self) -> None:
-        # A short read timeout bounds how long stop() waits; each new watch starts with a full
-        # list of ADDED events, which the idempotent bookkeeping absorbs.
-        while not self._stopped:
-            try:
-                for event in self._watch.stream(
-                    self._core.list_namespaced_pod, self._namespace, _request_timeout=(5, 3)
-                ):
-                    self._record(event)
-            except Exception as exc:
-                if "timed out" not in str(exc).lower() and not self._stopped:
-                    self.error = exc
-                    return
-
-    def _record(self, event: dict[str, Any]) -> None:
-        pod = event["object"]
-        if event["type"] == "DELETED" or not pod.spec.node_name:
-            return
-        gpus = int((pod.spec.containers[0].resources.requests or {}).get(GPU_RESOURCE, "0"))
-        with self._lock:
-            self.placements[pod.metadata.name] = (pod.spec.node_name, gpus)
-            used = Counter[str]()
-            for node, n in self.placements.values():
-                used[node] += n
-            for node, n in used.items():
-                self.max_gpus[node] = max(self.max_gpus[node], n)
-
-    def __enter__(self) -> BindingWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stopped = True
-        self._watch.stop()
-        self._thread.join(timeout=30)
-        assert self.error is None, f"binding watch failed: {self.error}"
-
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[ControlPlane, kubernetes.client.CoreV1Api, httpx.Client]]:
-    cp = ControlPlane()
-    try:
-        cp.start()
-        api = cp.api_client()
-        core = kubernetes.client.CoreV1Api(api)
-        app = create_app(Settings(mode="cluster"), api_client=cp.api_client())
-        with running(app) as muster:
-            wait_for(lambda: muster.get("/readyz").status_code == 200, 30, "Muster to sync")
-            cp.start_scheduler(SCHEDULER_CONFIG.replace("MUSTER_URL", str(muster.base_url) + "/"))
-            yield cp, core, muster
-        api.close()
-    finally:
-        cp.stop()
-
-
-def gpu_pod(name: str, gpus: int, namespace: str, group: str = "") -> dict[str, Any]:
-    """A pod for Muster's profile; ``group`` confines it to nodes labelled ``e2e=<group>``."""
-    requests = {"cpu": "10m", GPU_RESOURCE: str(gpus)}
-    return {
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedulerName": "muster",
-            "nodeSelector": {"e2e": group} if group else {},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.9",
-                    "resources": {"requests": requests, "limits": {GPU_RESOURCE: str(gpus)}},
-                }
-            ],
-        },
-    }
-
-
-def make_namespace(core: kubernetes.client.CoreV1Api, name: str) -> str:
-    core.create_namespace({"metadata": {"name": name}})
-    return name
-
-
-def node_names(prefix: str, count: int) -> list[str]:
-    return [f"{prefix}-{i}" for i in range(count)]
-
-
-def wait_nodes(muster: httpx.Client, names: list[str]) -> None:
-    """Wait until Muster's watch has delivered these nodes to its cache."""
-
-    def known() -> bool:
-        return set(names) <= {n["name"] for n in muster.get("/debug/nodes").json()["nodes"]}
-
-    wait_for(known, 30, f"Muster to see nodes {names}")
-
-
-def binds_by_muster(muster: httpx.Client) -> float:
-    text = muster.get("/metrics").text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith('muster_binds_total{result="Bound"}')
-    )
+def cluster() -> Iterator[Any]:
+    with muster_cluster() as parts:
+        yield parts
 
 
 def test_gpu_pods_are_bound_by_muster_where_gpus_are_free(cluster: Any) -> None:

@@ -1,0 +1,196 @@
+"""Shared pieces of the end-to-end tests: Muster as the extender of a real kube-scheduler.
+
+``muster_cluster()`` starts etcd + kube-apiserver (``controlplane.py``), Muster in cluster mode
+watching it, and kube-scheduler 1.20 with Muster as its extender, all on loopback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import kubernetes.client
+from controlplane import GPU_RESOURCE, ControlPlane, wait_for
+from kubernetes import watch
+
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import running
+
+GPUS_PER_NODE = 8
+#: kube-scheduler 1.20 reads v1beta1; the shipped files (scheduler-config/) are v1 for current
+#: clusters and otherwise the same extender settings.
+SCHEDULER_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{kubeconfig}"
+leaderElection:
+  leaderElect: false
+healthzBindAddress: "{healthz}"
+metricsBindAddress: "{metrics}"
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 2
+profiles:
+  - schedulerName: muster
+extenders:
+  - urlPrefix: "MUSTER_URL"
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    preemptVerb: preempt
+    bindVerb: bind
+    weight: 5
+    enableHTTPS: false
+    nodeCacheCapable: true
+    httpTimeout: 5s
+    ignorable: false
+    managedResources:
+      - name: nvidia.com/gpu
+        ignoredByScheduler: true
+"""
+
+
+class BindingWatch:
+    """Follows every pod of a namespace through a watch in a thread.
+
+    ``placements``: every pod ever bound -> (node, GPUs); ``bound_at``: when the watch first
+    saw it bound; ``max_gpus``: the most GPUs ever bound at once per node, counting only pods
+    that still existed (deleted pods give their GPUs back).
+    """
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+        self.placements: dict[str, tuple[str, int]] = {}
+        self.bound_at: dict[str, float] = {}
+        self.current: dict[str, tuple[str, int]] = {}
+        self.max_gpus: Counter[str] = Counter()
+        self._core, self._namespace = core, namespace
+        self._watch = watch.Watch()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stopped = False
+        self._resource_version = ""
+        self.error: Exception | None = None
+
+    def _run(self) -> None:
+        # A short read timeout bounds how long stop() waits; each new watch resumes from the
+        # last resourceVersion seen, so no event is lost in between.
+        while not self._stopped:
+            try:
+                kwargs = (
+                    {"resource_version": self._resource_version} if self._resource_version else {}
+                )
+                for event in self._watch.stream(
+                    self._core.list_namespaced_pod,
+                    self._namespace,
+                    _request_timeout=(5, 3),
+                    **kwargs,
+                ):
+                    self._record(event)
+            except Exception as exc:
+                if "timed out" not in str(exc).lower() and not self._stopped:
+                    self.error = exc
+                    return
+
+    def _record(self, event: dict[str, Any]) -> None:
+        pod = event["object"]
+        self._resource_version = pod.metadata.resource_version or self._resource_version
+        name = pod.metadata.name
+        with self._lock:
+            if event["type"] == "DELETED":
+                self.current.pop(name, None)
+                return
+            if not pod.spec.node_name:
+                return
+            gpus = int((pod.spec.containers[0].resources.requests or {}).get(GPU_RESOURCE, "0"))
+            self.placements[name] = (pod.spec.node_name, gpus)
+            self.bound_at.setdefault(name, time.monotonic())
+            self.current[name] = (pod.spec.node_name, gpus)
+            used = Counter[str]()
+            for node, n in self.current.values():
+                used[node] += n
+            for node, n in used.items():
+                self.max_gpus[node] = max(self.max_gpus[node], n)
+
+    def __enter__(self) -> BindingWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stopped = True
+        self._watch.stop()
+        self._thread.join(timeout=30)
+        assert self.error is None, f"binding watch failed: {self.error}"
+
+
+@contextmanager
+def muster_cluster(
+    settings: Settings | None = None,
+) -> Iterator[tuple[ControlPlane, kubernetes.client.CoreV1Api, httpx.Client]]:
+    """Control plane + Muster (cluster mode) + kube-scheduler using Muster; all stopped after."""
+    cp = ControlPlane()
+    try:
+        cp.start()
+        api = cp.api_client()
+        core = kubernetes.client.CoreV1Api(api)
+        app = create_app(settings or Settings(mode="cluster"), api_client=cp.api_client())
+        with running(app) as muster:
+            wait_for(lambda: muster.get("/readyz").status_code == 200, 30, "Muster to sync")
+            cp.start_scheduler(SCHEDULER_CONFIG.replace("MUSTER_URL", str(muster.base_url) + "/"))
+            yield cp, core, muster
+        api.close()
+    finally:
+        cp.stop()
+
+
+def gpu_pod(
+    name: str, gpus: int, namespace: str, group: str = "", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod for Muster's profile; ``group`` confines it to nodes labelled ``e2e=<group>``."""
+    requests = {"cpu": "10m", GPU_RESOURCE: str(gpus)}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "schedulerName": "muster",
+            "nodeSelector": {"e2e": group} if group else {},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": requests, "limits": {GPU_RESOURCE: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def make_namespace(core: kubernetes.client.CoreV1Api, name: str) -> str:
+    core.create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def node_names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(count)]
+
+
+def wait_nodes(muster: httpx.Client, names: list[str]) -> None:
+    """Wait until Muster's watch has delivered these nodes to its cache."""
+
+    def known() -> bool:
+        return set(names) <= {n["name"] for n in muster.get("/debug/nodes").json()["nodes"]}
+
+    wait_for(known, 30, f"Muster to see nodes {names}")
+
+
+def binds_by_muster(muster: httpx.Client) -> float:
+    text = muster.get("/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('muster_binds_total{result="Bound"}')
+    )
