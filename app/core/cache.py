@@ -21,6 +21,7 @@ import numpy as np
 
 from app.core.errors import BindRejected
 from app.core.model import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.podgroup import gang_spec
 from app.core.quantity import format_milli
 
 _R = len(RESOURCE_NAMES)
@@ -71,6 +72,8 @@ class Snapshot:
     placement: Mapping[str, str]
     assumed: frozenset[str] = field(default_factory=frozenset)
     reserved: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> gang key (``namespace/name``) for every pod that belongs to a gang.
+    gang_members: Mapping[str, str] = field(default_factory=dict)
 
     def holds_node(self, pod: Pod) -> bool:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
@@ -109,6 +112,7 @@ class ClusterCache:
         self._placement: dict[str, str] = {}
         self._assumed: dict[str, float] = {}
         self._reserved: dict[str, str] = {}
+        self._gang_of: dict[str, str] = {}
         self._generation = 0
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -238,6 +242,12 @@ class ClusterCache:
     def _upsert_pod(self, pod: Pod) -> None:
         old = self._pods.get(pod.uid)
         self._pods[pod.uid] = pod
+        if old is None or old.labels is not pod.labels or old.annotations is not pod.annotations:
+            spec = gang_spec(pod)
+            if spec is None:
+                self._gang_of.pop(pod.uid, None)
+            else:
+                self._gang_of[pod.uid] = spec.key
         target = ""
         if not pod.terminal:
             if pod.node_name:
@@ -253,6 +263,7 @@ class ClusterCache:
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
+        self._gang_of.pop(uid, None)
         self._assumed.pop(uid, None)
         self._reserved.pop(uid, None)
         if old is not None:
@@ -430,8 +441,14 @@ class ClusterCache:
                     placement=MappingProxyType(dict(self._placement)),
                     assumed=frozenset(self._assumed),
                     reserved=MappingProxyType(dict(self._reserved)),
+                    gang_members=MappingProxyType(dict(self._gang_of)),
                 )
             return self._snapshot
+
+    @property
+    def gang_member_count(self) -> int:
+        """How many cached pods belong to a gang (the planner idles when there are none)."""
+        return len(self._gang_of)
 
     @property
     def generation(self) -> int:

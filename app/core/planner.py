@@ -58,6 +58,12 @@ class Verdict:
     reason: str = ""
 
 
+def gangs_of(snapshot: Snapshot) -> dict[str, Gang]:
+    """Every gang in the snapshot (only gang members are looked at)."""
+    pods = snapshot.pods
+    return collect_gangs((pods[uid] for uid in snapshot.gang_members), snapshot.holds_node)
+
+
 class Planner:
     """Holds plans and runs cycles; thread-safe (one lock, cycles are short)."""
 
@@ -169,9 +175,12 @@ class Planner:
                 and not any(p.expires <= now for p in self._plans.values())
             ):
                 return []
+            if not self._plans and not self._cache.gang_member_count:
+                self._last_generation = self._cache.generation
+                return []
             self.cycles += 1
             snapshot = self._cache.snapshot()
-            gangs = collect_gangs(snapshot.pods.values(), snapshot.holds_node)
+            gangs = gangs_of(snapshot)
             self._tidy(snapshot, gangs, now)
             planned = []
             waiting = [g for g in gangs.values() if not g.running and g.key not in self._plans]
@@ -279,7 +288,7 @@ class Planner:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
         with self._lock:
             snapshot = self._cache.snapshot()
-            gangs = collect_gangs(snapshot.pods.values(), snapshot.holds_node)
+            gangs = gangs_of(snapshot)
             now_wall = time.time()
             rows = []
             for key in sorted(gangs):
