@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,12 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "assume_ttl_seconds": args.assume_ttl,
         "bind_barrier_seconds": args.bind_barrier,
         "plan_ttl_seconds": args.plan_ttl,
+        "queue_file": Path(args.queues) if args.queues else None,
+        "scheduler_name": args.scheduler_name,
+        "muster_namespace": args.muster_namespace,
+        "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
+        "tls_key": Path(args.tls_key) if args.tls_key else None,
+        "webhook_port": args.webhook_port,
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -38,11 +45,13 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the extender HTTP server until interrupted."""
-    import uvicorn
-
+    """Run the extender (HTTP) and, with TLS files, the webhook (HTTPS) until interrupted."""
     from app.main import create_app
+    from app.server import Listener, MusterServer
 
+    if bool(args.tls_cert) != bool(args.tls_key):
+        log.error("--tls-cert and --tls-key go together")
+        return 2
     settings = _serve_settings(args)
     if settings.demo and not args.demo:
         log.warning(
@@ -54,11 +63,27 @@ def serve(args: argparse.Namespace) -> int:
     except MusterError as exc:
         log.error("cannot start: %s", exc)
         return 2
-    log.info("Muster %s: %s, listening on http://%s:%d", __version__, settings.describe(),
-             args.host, args.port)  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                access_log=args.access_log)  # fmt: skip
+    listeners = [Listener(args.host, args.port)]
+    if settings.tls_cert and settings.tls_key:
+        listeners.append(Listener(args.host, settings.webhook_port, settings.tls_cert,
+                                  settings.tls_key))  # fmt: skip
+    server = MusterServer(app, listeners, log_level=args.log_level.lower(),
+                          access_log=args.access_log)  # fmt: skip
+    log.info("Muster %s: %s, listening on %s", __version__, settings.describe(),
+             ", ".join(listener.url for listener in listeners))  # fmt: skip
+    try:
+        server.run()
+    except MusterError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     return 0
+
+
+def certs(args: argparse.Namespace) -> int:
+    """Make the webhook's CA and serving certificate; print (and optionally patch) the caBundle."""
+    from app.certs import command
+
+    return command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,9 +113,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep below the extender httpTimeout)")  # fmt: skip
     s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS",
                    help="how long a gang plan holds its nodes (default 60)")  # fmt: skip
+    s.add_argument("--queues", metavar="FILE",
+                   help="queue configuration (YAML; reloaded when it changes)")  # fmt: skip
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    s.add_argument("--tls-cert", metavar="FILE",
+                   help="serving certificate: also listen on --webhook-port over HTTPS "
+                        "(the admission webhook); reloaded when it changes")  # fmt: skip
+    s.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert")
+    s.add_argument("--webhook-port", type=int, default=8443,
+                   help="HTTPS port when --tls-cert is given (default 8443)")  # fmt: skip
+    s.add_argument("--scheduler-name", default="muster",
+                   help="schedulerName the webhook sets (default muster)")  # fmt: skip
+    s.add_argument("--muster-namespace", default=os.environ.get("POD_NAMESPACE") or "muster-system",
+                   help="Muster's namespace, never touched by the webhook "
+                        "(default $POD_NAMESPACE, else muster-system)")  # fmt: skip
     s.set_defaults(func=serve)
+    c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
+    from app.certs import add_arguments
+
+    add_arguments(c)
+    c.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    c.set_defaults(func=certs)
     return parser
 
 

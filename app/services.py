@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.api.metrics import Metrics
+from app.core.admission import NamespaceFetch, OwnerFetch
 from app.core.cache import ClusterCache
 from app.core.clusterfile import load_cluster_file
 from app.core.extender import Extender
 from app.core.gateway import Gateway, InMemoryGateway
 from app.core.loop import PlannerLoop
 from app.core.planner import Planner
+from app.core.queuefile import QueueFile
 from app.settings import DEMO_CLUSTER, Settings
 
 log = logging.getLogger("muster")
@@ -36,6 +38,10 @@ class Services:
     metrics: Metrics
     source: Source | None = None
     planner_loop: PlannerLoop | None = None
+    #: Cluster mode: cached readers of pod owners and namespaces for the admission webhook
+    #: (standalone: ``None``, owners unknown).
+    owners: OwnerFetch | None = None
+    namespaces: NamespaceFetch | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode) and the planner's background loop."""
@@ -63,20 +69,31 @@ def build_services(
     """
     cache = ClusterCache(assume_ttl=settings.assume_ttl_seconds)
     source: Source | None = None
+    owners: OwnerFetch | None = None
+    namespaces: NamespaceFetch | None = None
     if settings.mode == "cluster":
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway
+        from app.k8s.owners import NamespaceLister, OwnerLister
         from app.k8s.sync import ClusterSync
 
         api = api_client or load_api_client(settings.kubeconfig, settings.in_cluster or None)
         gateway = gateway or KubeGateway(api)
         source = ClusterSync(cache, api)
+        owners, namespaces = OwnerLister(api), NamespaceLister(api)
     else:
         path = settings.cluster_file or DEMO_CLUSTER
         cache.upsert_nodes(load_cluster_file(path))
         cache.mark_synced()
         gateway = gateway or InMemoryGateway(cache)
-    planner = Planner(cache, strategy=settings.strategy, plan_ttl=settings.plan_ttl_seconds)
+    queues = QueueFile(settings.queue_file)
+    planner = Planner(
+        cache,
+        strategy=settings.strategy,
+        plan_ttl=settings.plan_ttl_seconds,
+        queues=queues,
+        scheduler_name=settings.scheduler_name,
+    )
     extender = Extender(
         cache,
         gateway,
@@ -84,5 +101,5 @@ def build_services(
         planner=planner,
         barrier_timeout=settings.bind_barrier_seconds,
     )
-    loop = PlannerLoop(planner, gateway)
-    return Services(settings, cache, gateway, extender, Metrics(), source, loop)
+    loop = PlannerLoop(planner, gateway, queues=queues)
+    return Services(settings, cache, gateway, extender, Metrics(), source, loop, owners, namespaces)

@@ -29,10 +29,10 @@ class Settings:
     bind_barrier_seconds: float = 4.0
     #: How long a gang's plan holds its reservation before the gang must have started.
     plan_ttl_seconds: float = 60.0
+    #: Queue configuration file (reloaded when it changes); ``None``: one open queue.
+    queue_file: Path | None = None
     #: The admission webhook sets this ``spec.schedulerName`` (the profile in scheduler-config/).
     scheduler_name: str = "muster"
-    #: The queue of pods that name none and whose namespace has no default-queue annotation.
-    default_queue: str = "default"
     #: Muster's own namespace: the webhook never touches pods there (nor in kube-system).
     muster_namespace: str = "muster-system"
     #: Serving certificate and key of the HTTPS listener (the webhook); both or neither.

@@ -7,7 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from app.core.model import RESOURCE_NAMES, Resources
+from app.core.policies.drf import deserved, dominant_share
+from app.core.policies.proportion import ledger
 from app.core.quantity import format_milli
+from app.core.queues import UNLIMITED
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 
@@ -88,3 +91,58 @@ def gangs(request: Request) -> dict[str, Any]:
     for item in items:
         item["atBarrier"] = waiting.get(item["gang"], 0)
     return {"count": len(items), "gangs": items}
+
+
+@router.get("/queues", summary="The queue tree with quotas, usage, borrowing and fair shares")
+def queues(request: Request) -> dict[str, Any]:
+    """Per queue: guaranteed, limit, weight, usage, borrowed, lent, fair share (deserved) and
+    pending demand; plus the configuration file and its last error, if any."""
+    services = request.app.state.muster
+    planner = services.extender.planner
+    snapshot = services.cache.snapshot()
+    pending = [p for uid, p in snapshot.pods.items() if not snapshot.placement.get(uid)]
+    usage = planner.usage(pending)
+    fair = deserved(usage)
+    book = ledger(usage)
+    config = usage.config
+    zero = Resources()
+
+    def amounts(values: Any) -> dict[str, str]:
+        return _amounts(Resources(*(int(v) for v in values)))
+
+    rows = []
+    for depth, queue in config.walk():
+        borrowed, lent = book.get(queue.name, (zero, zero))
+        rows.append(
+            {
+                "name": queue.name,
+                "parent": queue.parent,
+                "depth": depth,
+                "weight": queue.weight,
+                "borrowing": queue.borrowing,
+                "guaranteed": _amounts(queue.guaranteed),
+                "limit": _limits(queue.limit),
+                "usage": amounts(usage.of(queue.name)),
+                "borrowed": amounts(borrowed),
+                "lent": amounts(lent),
+                "fairShare": amounts(fair.get(queue.name, zero)),
+                "pending": amounts(usage.pending.get(queue.name, zero)),
+                "dominantShare": round(dominant_share(usage, queue.name) * queue.weight, 4),
+            }
+        )
+    source = planner.queues
+    return {
+        "file": str(source.path) if source.path else None,
+        "configError": source.error,
+        "defaultQueue": config.default_queue,
+        "namespaces": dict(config.namespaces),
+        "unknownQueues": usage.unknown,
+        "queues": rows,
+    }
+
+
+def _limits(limit: Resources) -> dict[str, str]:
+    return {
+        name: ("unlimited" if value >= UNLIMITED else format_milli(name, value))
+        for name, value in zip(RESOURCE_NAMES, limit, strict=True)
+    }

@@ -21,7 +21,9 @@ What it sets, each only when the pod does not say it already (label or annotatio
   same one (a Job rescaled mid-flight must not split its gang).
 * ``muster.io/queue``: the pod's own queue key; else a queue key on the workload object (Kueue
   labels Jobs, not their pods) or a queue its spec names; else the namespace's
-  ``muster.io/default-queue`` annotation; else the default queue.
+  ``muster.io/default-queue`` annotation. Otherwise nothing is written: the queue file's
+  ``namespaces`` map and ``defaultQueue`` (``app.core.queues``) then decide at scheduling time,
+  and stay hot-reloadable instead of being frozen into the pod at creation.
 
 A pod that cannot be fully classified is admitted anyway - unmodified or partly tagged - with
 a warning saying why: the webhook never blocks pod creation for reasons of its own. Keys
@@ -73,7 +75,6 @@ class AdmissionConfig:
     """What the webhook writes and which pods it leaves alone."""
 
     scheduler_name: str = "muster"
-    default_queue: str = "default"
     muster_namespace: str = "muster-system"
     take_over: frozenset[str] = DEFAULT_TAKE_OVER
 
@@ -102,6 +103,8 @@ class NamespaceMeta:
 
 #: Reads a workload object: ``(kind, namespace, name) -> Fetched``. May block on the API.
 OwnerFetch = Callable[[WorkloadKind, str, str], Fetched]
+#: Reads a namespace's labels and annotations (never raises: ``problem`` says what failed).
+NamespaceFetch = Callable[[str], NamespaceMeta]
 #: The min-member live members of gang ``(namespace, name)`` agree on, if any.
 GroupMinMember = Callable[[str, str], int | None]
 
@@ -356,9 +359,11 @@ def mutate(
             f"(supported: Job, JobSet, TrainJob, PyTorchJob, RayCluster, LeaderWorkerSet)"
         )
     group = _group(p, owner, group_min, new, warnings)
-    queue = _queue(p, owner, ns, config, new, warnings)
+    queue = _queue(p, owner, ns, new, warnings)
     patch = _patch(p, config.scheduler_name if scheduler != config.scheduler_name else "", new)
-    values = {"schedulerName": config.scheduler_name, keys.QUEUE: queue}
+    values = {"schedulerName": config.scheduler_name}
+    if queue:
+        values[keys.QUEUE] = queue
     if group:
         values[keys.POD_GROUP] = group
     min_member = keys.lookup(keys.MIN_MEMBER, {**p.labels, **new}, p.annotations)
@@ -449,11 +454,13 @@ def _queue(
     p: _PodMeta,
     owner: _Owner,
     ns: NamespaceMeta,
-    config: AdmissionConfig,
     new: dict[str, str],
     warnings: list[str],
 ) -> str:
-    """Decide the queue (into ``new`` unless the pod carries ``muster.io/queue``)."""
+    """Decide the queue (into ``new`` unless the pod carries ``muster.io/queue``).
+
+    Returns ``""`` when nothing names one: the queue file then decides.
+    """
     found = keys.first(keys.QUEUE_KEYS, p.labels, p.annotations)
     if found is not None and found[0] == keys.QUEUE:
         return found[1]
@@ -472,13 +479,13 @@ def _queue(
         default = keys.lookup(keys.DEFAULT_QUEUE_ANNOTATION, ns.annotations, ns.labels)
         if default:
             found = (f"namespace {p.namespace}", default)
-        else:
-            if ns.problem:
-                warnings.append(
-                    f"{p.display}: namespace {p.namespace} unreadable ({ns.problem}); "
-                    f"queue {config.default_queue!r} assumed"
-                )
-            found = ("default", config.default_queue)
+        elif ns.problem:
+            warnings.append(
+                f"{p.display}: namespace {p.namespace} unreadable ({ns.problem}); its "
+                f"{keys.DEFAULT_QUEUE_ANNOTATION} is unknown, so the queue file decides"
+            )
+    if found is None:
+        return ""
     source, queue = found
     if not is_label_value(queue):
         warnings.append(

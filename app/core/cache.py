@@ -16,9 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
+from app.core import labels
 from app.core.errors import BindRejected
 from app.core.model import RESOURCE_NAMES, Node, Pod, Resources
 from app.core.podgroup import gang_spec
@@ -113,6 +115,11 @@ class ClusterCache:
         self._assumed: dict[str, float] = {}
         self._reserved: dict[str, str] = {}
         self._gang_of: dict[str, str] = {}
+        # Usage per queue key (see ``queue_key``), kept as pods move, so quota checks need
+        # no pass over every pod.
+        self._queue_key: dict[str, QueueKey] = {}
+        self._queue_applied: dict[str, QueueKey] = {}
+        self._queue_used: dict[QueueKey, np.ndarray] = {}
         self._generation = 0
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -248,6 +255,7 @@ class ClusterCache:
                 self._gang_of.pop(pod.uid, None)
             else:
                 self._gang_of[pod.uid] = spec.key
+            self._queue_key[pod.uid] = queue_key(pod, spec is not None)
         target = ""
         if not pod.terminal:
             if pod.node_name:
@@ -269,6 +277,7 @@ class ClusterCache:
         if old is not None:
             self._move(uid, old.requests, old.requests, "")
             self._bump()
+        self._queue_key.pop(uid, None)
 
     def _move(self, uid: str, old_req: Resources | None, new_req: Resources, target: str) -> None:
         """Re-account pod ``uid`` from its current placement to ``target`` (``""``: none)."""
@@ -277,11 +286,21 @@ class ClusterCache:
             i = self._index.get(current)
             if i is not None:
                 self._used[i] -= old_req
+            key = self._queue_applied.pop(uid, None)
+            if key is not None:
+                self._queue_used[key] -= old_req
         if target:
             self._placement[uid] = target
             i = self._index.get(target)
             if i is not None:
                 self._used[i] += new_req
+            key = self._queue_key.get(uid)
+            if key is not None:
+                held = self._queue_used.get(key)
+                self._queue_used[key] = (
+                    held if held is not None else np.zeros(_R, np.int64)
+                ) + new_req
+                self._queue_applied[uid] = key
         else:
             self._placement.pop(uid, None)
 
@@ -445,6 +464,11 @@ class ClusterCache:
                 )
             return self._snapshot
 
+    def queue_usage(self) -> dict[QueueKey, np.ndarray]:
+        """Resources held (bound, binding or reserved) per queue key."""
+        with self._lock:
+            return {k: v.copy() for k, v in self._queue_used.items() if v.any()}
+
     @property
     def gang_member_count(self) -> int:
         """How many cached pods belong to a gang (the planner idles when there are none)."""
@@ -468,6 +492,21 @@ class ClusterCache:
         self._generation += 1
         self._view = None
         self._snapshot = None
+
+
+class QueueKey(NamedTuple):
+    """What decides a pod's queue, whatever the queue configuration says."""
+
+    explicit: str
+    namespace: str
+    scheduler_name: str
+    gang: bool
+
+
+def queue_key(pod: Pod, in_gang: bool) -> QueueKey:
+    """The pod's ``QueueKey`` (resolved to a queue by ``app.core.queueing``)."""
+    found = labels.first(labels.QUEUE_KEYS, pod.labels, pod.annotations)
+    return QueueKey(found[1] if found else "", pod.namespace, pod.scheduler_name, in_gang)
 
 
 def _is_special(node: Node) -> bool:

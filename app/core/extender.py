@@ -64,6 +64,9 @@ class Extender:
         pod, names = self._candidates(pod, names, nodes)
         verdict = self.planner.verdict(pod)
         if not verdict.gang:
+            blocked = self.planner.quota_check(pod)
+            if blocked:
+                return FilterResult(unresolvable=dict.fromkeys(names, blocked))
             return filter_nodes(self.cache.view(), pod, names)
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)

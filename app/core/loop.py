@@ -15,6 +15,7 @@ import time
 from app.core.errors import GatewayError
 from app.core.gateway import Gateway
 from app.core.planner import Planner
+from app.core.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
 PLANNED_ANNOTATION = "muster.io/planned"
@@ -22,12 +23,20 @@ PLANNED_ANNOTATION = "muster.io/planned"
 
 class PlannerLoop:
     """Runs ``planner.cycle()`` on cache changes (checked every ``poll`` s) and every
-    ``interval`` s, then nudges newly planned members through the gateway."""
+    ``interval`` s, then nudges newly planned members through the gateway; reloads the queue
+    file (if any) every ``interval`` s."""
 
     def __init__(
-        self, planner: Planner, gateway: Gateway, *, poll: float = 0.05, interval: float = 1.0
+        self,
+        planner: Planner,
+        gateway: Gateway,
+        *,
+        poll: float = 0.05,
+        interval: float = 1.0,
+        queues: QueueFile | None = None,
     ) -> None:
         self._planner = planner
+        self._queues = queues
         self._gateway = gateway
         self._poll = poll
         self._interval = interval
@@ -68,6 +77,8 @@ class PlannerLoop:
             now = time.monotonic()
             try:
                 force = now - last >= self._interval
+                if force and self._queues is not None:
+                    self._queues.refresh()
                 self.run_once(force=force)
                 if force:
                     last = now

@@ -25,6 +25,11 @@ from app.core.actions.allocate import allocate, why_unplaced
 from app.core.cache import ClusterCache, Snapshot
 from app.core.model import Pod
 from app.core.podgroup import Gang, collect_gangs, gang_spec
+from app.core.policies.drf import order_key
+from app.core.policies.proportion import admit
+from app.core.queuefile import QueueFile
+from app.core.queueing import QueueUsage, demand_of, measure, queue_name
+from app.core.queues import QueueConfig
 
 
 @dataclass(slots=True)
@@ -74,8 +79,12 @@ class Planner:
         strategy: str = "binpack",
         plan_ttl: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        queues: QueueFile | None = None,
+        scheduler_name: str = "muster",
     ) -> None:
         self._cache = cache
+        self._queues = queues or QueueFile()
+        self._scheduler_name = scheduler_name
         self._strategy = strategy
         self._plan_ttl = plan_ttl
         self._clock = clock
@@ -106,6 +115,30 @@ class Planner:
                 return Verdict(spec.key, plan.members[pod.uid])
             reason = self._reasons.get(spec.key) or "waiting for the planner"
             return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+
+    @property
+    def queues(self) -> QueueFile:
+        """The queue configuration source."""
+        return self._queues
+
+    def usage(self, pending: Sequence[Pod] = ()) -> QueueUsage:
+        """What every queue holds now (plus the demand of ``pending``)."""
+        view = self._cache.view()
+        return measure(
+            self._cache.queue_usage(),
+            view.allocatable.sum(axis=0),
+            self._queues.config,
+            self._scheduler_name,
+            pending,
+        )
+
+    def quota_check(self, pod: Pod) -> str:
+        """For a pod scheduled on its own: ``""`` if its queue admits it now, else why not."""
+        config = self._queues.config
+        queue = queue_name(pod, config, self._scheduler_name)
+        if queue is None:
+            return ""
+        return admit(self.usage(), queue, demand_of([pod]))
 
     def replan_member(self, pod: Pod, candidates: Sequence[str]) -> Verdict:
         """Move a planned member onto one of ``candidates`` (kube-scheduler removed its node).
@@ -182,16 +215,45 @@ class Planner:
             snapshot = self._cache.snapshot()
             gangs = gangs_of(snapshot)
             self._tidy(snapshot, gangs, now)
+            config = self._queues.config
+            usage = measure(
+                self._cache.queue_usage(),
+                snapshot.view.allocatable.sum(axis=0),
+                config,
+                self._scheduler_name,
+            )
+            by_queue: dict[str, list[Gang]] = {}
+            for gang in gangs.values():
+                if gang.running or gang.key in self._plans:
+                    continue
+                queue = self._queue_of(gang, config)
+                by_queue.setdefault(queue, []).append(gang)
+            for line in by_queue.values():
+                line.sort(key=lambda g: (-g.priority, g.created, g.key))
             planned = []
-            waiting = [g for g in gangs.values() if not g.running and g.key not in self._plans]
-            waiting.sort(key=lambda g: (-g.priority, g.created, g.key))
-            for gang in waiting:
-                if self._plan_core(gang, now):
+            while by_queue:
+                # Weighted DRF across queues (hierarchically), priority then age within one.
+                queue = min(
+                    by_queue,
+                    key=lambda q: (order_key(usage, q) if q in config.queues else (), q),
+                )
+                gang = by_queue[queue].pop(0)
+                if not by_queue[queue]:
+                    del by_queue[queue]
+                if self._plan_core(gang, now, usage, queue):
                     planned.append(gang.key)
             for gang in sorted(gangs.values(), key=lambda g: (-g.priority, g.created, g.key)):
-                self._plan_extras(gang, now)
+                self._plan_extras(gang, now, usage, self._queue_of(gang, config))
             self._last_generation = self._cache.generation
             return planned
+
+    def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
+        names = {queue_name(p, config, self._scheduler_name) or "" for p in gang.members}
+        if len(names) > 1:
+            gang.problem = (
+                gang.problem or f"members name different queues ({', '.join(sorted(names))})"
+            )
+        return min(names) or config.default_queue
 
     def _tidy(self, snapshot: Snapshot, gangs: dict[str, Gang], now: float) -> None:
         """Drop plans whose gang is gone, done, or late; forget stale reasons."""
@@ -217,7 +279,7 @@ class Planner:
             if key not in gangs:
                 del self._reasons[key]
 
-    def _plan_core(self, gang: Gang, now: float) -> bool:
+    def _plan_core(self, gang: Gang, now: float, usage: QueueUsage, queue: str) -> bool:
         if gang.problem:
             self._reasons[gang.key] = gang.problem
             return False
@@ -228,17 +290,21 @@ class Planner:
             )
             return False
         core = gang.pending[:missing]
+        demand = demand_of(core)
+        blocked = admit(usage, queue, demand)
+        if blocked:
+            self._reasons[gang.key] = blocked
+            return False
         view = self._cache.view()
         allocation = allocate(view, core, strategy=self._strategy)
         if not allocation.complete:
-            self._reasons[gang.key] = why_unplaced(
-                view, allocation, gang.min_member - len(gang.bound) + len(gang.bound)
-            )
+            self._reasons[gang.key] = why_unplaced(view, allocation, gang.min_member)
             return False
         why = self._cache.reserve(allocation.placed)
         if why:
             self._reasons[gang.key] = f"plan could not be reserved ({why}); retrying"
             return False
+        usage.add(queue, demand)
         ttl = gang.timeout or self._plan_ttl
         self._plans[gang.key] = Plan(
             gang=gang.key,
@@ -251,7 +317,7 @@ class Planner:
         self._reasons.pop(gang.key, None)
         return True
 
-    def _plan_extras(self, gang: Gang, now: float) -> None:
+    def _plan_extras(self, gang: Gang, now: float, usage: QueueUsage, queue: str) -> None:
         """Elastic members beyond min-member, placed one by one where room is left."""
         if gang.problem or not (gang.running or gang.key in self._plans):
             return
@@ -264,6 +330,9 @@ class Planner:
         )
         extras = [p for p in gang.pending if p.uid not in planned][: max(room, 0)]
         for pod in extras:
+            if admit(usage, queue, demand_of([pod])):
+                self._reasons[gang.key] = "elastic members wait for quota"
+                break
             allocation = allocate(self._cache.view(), [pod], strategy=self._strategy)
             node = allocation.placed.get(pod.uid)
             if not node or self._cache.reserve({pod.uid: node}):
@@ -275,6 +344,7 @@ class Planner:
                     created=now, expires=now + (gang.timeout or self._plan_ttl), released=True,
                 )  # fmt: skip
             plan.members[pod.uid] = node
+            usage.add(queue, demand_of([pod]))
 
     def _release(self, gang: str, reason: str) -> None:
         plan = self._plans.pop(gang, None)

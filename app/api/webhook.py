@@ -1,0 +1,211 @@
+"""The admission webhooks over HTTP: ``AdmissionReview`` (``admission.k8s.io/v1``) in and out.
+
+* ``POST /mutate`` answers every review with ``allowed: true``; for a pod Muster manages it adds
+  a base64 ``JSONPatch`` (``app.core.admission.mutate``) and warnings saying what it could not
+  classify. It never refuses a pod for reasons of its own.
+* ``POST /validate`` refuses a pod whose gang metadata contradicts itself or its gang's live
+  members in the cluster cache (``app.core.admission.validate``).
+
+Both echo the request ``uid``. Reviews of anything but a pod CREATE are allowed untouched. A
+body that is not an AdmissionReview gets 400 with a message naming the problem (with
+``failurePolicy: Ignore`` the API server then admits the pod as it is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.errors import BadRequest, parse_body
+from app.core.admission import (
+    Admission,
+    AdmissionConfig,
+    Fetched,
+    NamespaceMeta,
+    Verdict,
+    agreed_min_member,
+    mutate,
+    validate,
+)
+from app.core.errors import InvalidInput
+from app.core.workloads import WorkloadKind
+from app.services import Services
+
+log = logging.getLogger("muster.webhook")
+router = APIRouter(tags=["admission"])
+
+API_VERSION = "admission.k8s.io/v1"
+_JSON = "application/json"
+_STANDALONE = "Muster runs standalone, without access to the API server"
+
+
+class GroupVersionKind(BaseModel):
+    """``request.kind``."""
+
+    model_config = ConfigDict(extra="ignore")
+    group: str = ""
+    version: str = ""
+    kind: str
+
+
+class GroupVersionResource(BaseModel):
+    """``request.resource``."""
+
+    model_config = ConfigDict(extra="ignore")
+    group: str = ""
+    version: str = ""
+    resource: str
+
+
+class AdmissionRequest(BaseModel):
+    """The parts of ``AdmissionReview.request`` Muster reads."""
+
+    model_config = ConfigDict(extra="ignore")
+    uid: str = Field(min_length=1)
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    subResource: str = ""
+    namespace: str = ""
+    operation: str
+    object: dict[str, Any] | None = None
+    dryRun: bool | None = None
+
+
+class AdmissionReview(BaseModel):
+    """An ``admission.k8s.io/v1`` AdmissionReview request."""
+
+    model_config = ConfigDict(extra="ignore")
+    apiVersion: str
+    kind: str
+    request: AdmissionRequest
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.muster
+
+
+def _parse(body: bytes) -> AdmissionRequest:
+    try:
+        review = parse_body(AdmissionReview, body)
+    except BadRequest as exc:
+        # Not an AdmissionReview at all: 400 whatever part is wrong.
+        raise BadRequest(400, f"not an AdmissionReview: {exc.message}", exc.field) from None
+    if review.apiVersion != API_VERSION or review.kind != "AdmissionReview":
+        raise BadRequest(
+            400,
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+            f"{review.apiVersion} {review.kind} (list only v1 in admissionReviewVersions)",
+            "apiVersion",
+        )
+    return review.request
+
+
+def _pod_create(req: AdmissionRequest) -> bool:
+    return (
+        req.operation == "CREATE"
+        and req.kind.group == ""
+        and req.kind.kind == "Pod"
+        and not req.subResource
+    )
+
+
+def _pod(req: AdmissionRequest) -> dict[str, Any]:
+    if req.object is None:
+        raise BadRequest(400, "request.object: missing (a pod CREATE carries the pod)",
+                         "request.object")  # fmt: skip
+    return req.object
+
+
+def _answer(
+    uid: str,
+    *,
+    patch: Sequence[dict[str, Any]] = (),
+    warnings: Sequence[str] = (),
+    denied: str = "",
+) -> Response:
+    response: dict[str, Any] = {"uid": uid, "allowed": not denied}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(list(patch), separators=(",", ":")).encode()
+        ).decode()
+    if warnings:
+        response["warnings"] = list(warnings)
+    if denied:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": denied}
+    body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+    return Response(json.dumps(body, separators=(",", ":")), media_type=_JSON)
+
+
+def admission_config(services: Services) -> AdmissionConfig:
+    """The webhook's configuration from the server settings."""
+    s = services.settings
+    return AdmissionConfig(
+        scheduler_name=s.scheduler_name,
+        muster_namespace=s.muster_namespace,
+    )
+
+
+def _standalone_owner(kind: WorkloadKind, namespace: str, name: str) -> Fetched:
+    return Fetched(None, _STANDALONE)
+
+
+def _decide(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Admission:
+    """Run the pure decision with the cluster readers (blocking: call in a worker thread)."""
+    namespace = req.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+    ns_meta = services.namespaces(namespace) if services.namespaces else NamespaceMeta()
+
+    def group_min(ns: str, group: str) -> int | None:
+        return agreed_min_member(services.cache.snapshot().pods.values(), ns, group)
+
+    owners = services.owners or _standalone_owner
+    return mutate(pod, namespace, ns_meta, owners, group_min, admission_config(services))
+
+
+@router.post("/mutate", summary="Mutating admission webhook: Muster's scheduler and gang labels")
+async def mutate_pod(request: Request) -> Response:
+    """AdmissionReview in; ``allowed`` with a JSONPatch (base64) and warnings out."""
+    services = _services(request)
+    req = _parse(await request.body())
+    if not _pod_create(req):
+        return _answer(req.uid)
+    pod = _pod(req)
+    try:
+        # Owner and namespace reads may block on the API server: keep the event loop free.
+        decision = await asyncio.to_thread(_decide, services, req, pod)
+    except InvalidInput as exc:
+        raise BadRequest(400, str(exc), exc.field) from None
+    who = f"{req.namespace}/{(pod.get('metadata') or {}).get('name') or '(generated)'}"
+    if decision.warnings:
+        log.info("admitted %s with warnings: %s", who, "; ".join(decision.warnings))
+    log.debug("admitted %s: %s", who, decision.skipped or dict(decision.values))
+    return _answer(req.uid, patch=decision.patch, warnings=decision.warnings)
+
+
+def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Verdict:
+    pods = services.cache.snapshot().pods.values()
+    return validate(pod, req.namespace, pods, admission_config(services))
+
+
+@router.post("/validate", summary="Validating admission webhook: consistent gang metadata")
+async def validate_pod(request: Request) -> Response:
+    """AdmissionReview in; ``allowed``, or refused with a ``status.message`` saying why."""
+    services = _services(request)
+    req = _parse(await request.body())
+    if not _pod_create(req):
+        return _answer(req.uid)
+    pod = _pod(req)
+    try:
+        verdict = await asyncio.to_thread(_judge, services, req, pod)
+    except InvalidInput as exc:
+        raise BadRequest(400, str(exc), exc.field) from None
+    if not verdict.allowed:
+        log.info("refused pod in %s: %s", req.namespace, verdict.message)
+    return _answer(req.uid, denied=verdict.message)
