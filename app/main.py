@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import debug, errors, extender, health, metrics
+from app.api import debug, errors, extender, health, metrics, webhook
 from app.core.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -46,6 +46,6 @@ def create_app(
     )
     app.state.muster = services
     errors.install(app)
-    for module in (extender, debug, health, metrics):
+    for module in (extender, webhook, debug, health, metrics):
         app.include_router(module.router)
     return app

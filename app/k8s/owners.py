@@ -28,7 +28,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError, TimeoutError as Urllib3Timeout
+from urllib3.exceptions import HTTPError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from app.core.admission import Fetched, NamespaceMeta
 from app.core.workloads import JOB, WorkloadKind

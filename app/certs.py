@@ -1,0 +1,299 @@
+"""``muster certs``: a CA and a serving certificate for the webhook, and the caBundle.
+
+The API server calls the webhook at ``https://muster.muster-system.svc:8443`` and trusts only
+the CA named in the webhook configurations' ``caBundle``. This makes that CA (or reuses the one
+already in the output directory, so the caBundle stays the same across renewals), issues a
+serving certificate for the Service's DNS names, writes::
+
+    ca.crt  ca.key  tls.crt  tls.key      (keys mode 0600; tls.* fit `kubectl create secret tls`)
+
+prints the base64 caBundle on stdout (and nothing else there), and with ``--patch`` writes it
+into every webhook of the Mutating- and ValidatingWebhookConfiguration through the API.
+
+Keys are ECDSA P-256 (what cert-manager and Go's TLS stacks prefer; generated instantly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import ipaddress
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from app.core.errors import MusterError
+
+log = logging.getLogger("muster.certs")
+
+CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+#: Issued certificates start this long in the past, so a slightly slow clock accepts them.
+_BACKDATE = dt.timedelta(hours=1)
+
+
+def service_names(service: str, namespace: str, cluster_domain: str = "cluster.local") -> list[str]:
+    """The DNS names a Service answers to inside the cluster."""
+    base = f"{service}.{namespace}"
+    return [service, base, f"{base}.svc", f"{base}.svc.{cluster_domain}"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A certificate and its private key."""
+
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    def cert_pem(self) -> bytes:
+        """The certificate, PEM."""
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def key_pem(self) -> bytes:
+        """The private key, unencrypted PKCS#8 PEM."""
+        return self.key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+
+def ca_bundle(ca: Pair) -> str:
+    """The webhook configurations' ``caBundle``: the CA certificate PEM, base64."""
+    return base64.b64encode(ca.cert_pem()).decode()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def make_ca(common_name: str = "muster-webhook-ca", days: int = 3650) -> Pair:
+    """A new self-signed CA that can sign serving certificates (and nothing below them)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )  # fmt: skip
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Pair(cert, key)
+
+
+def issue(ca: Pair, dns_names: Sequence[str], ips: Sequence[str] = (), days: int = 365) -> Pair:
+    """A serving certificate signed by ``ca`` for ``dns_names`` and ``ips`` (SANs)."""
+    if not dns_names and not ips:
+        raise MusterError("a serving certificate needs at least one DNS name or IP address")
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    for ip in ips:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(ip)))
+        except ValueError as exc:
+            raise MusterError(f"--ip {ip!r}: {exc}") from None
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = dns_names[2] if len(dns_names) > 2 else (dns_names or list(ips))[0]
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )  # fmt: skip
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+            critical=False,
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    return Pair(cert, key)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write atomically (a reader never sees half a file) with ``mode``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_ca(directory: Path) -> Pair | None:
+    """The CA stored in ``directory`` (``ca.crt``/``ca.key``), or ``None`` if absent."""
+    cert_path, key_path = directory / CA_CERT, directory / CA_KEY
+    if not cert_path.exists() and not key_path.exists():
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError) as exc:
+        raise MusterError(f"cannot reuse the CA in {directory}: {exc} (or pass --new-ca)") from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+        raise MusterError(f"{key_path} is not the key of {cert_path} (or pass --new-ca)")
+    return Pair(cert, key)
+
+
+def write(directory: Path, ca: Pair, serving: Pair) -> list[Path]:
+    """Write the four PEM files into ``directory`` (created if needed); return their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = [
+        (CA_CERT, ca.cert_pem(), 0o644),
+        (CA_KEY, ca.key_pem(), 0o600),
+        (TLS_KEY, serving.key_pem(), 0o600),  # key before cert: a reloader waits for both
+        (TLS_CERT, serving.cert_pem(), 0o644),
+    ]
+    paths = []
+    for name, data, mode in files:
+        _write(directory / name, data, mode)
+        paths.append(directory / name)
+    return paths
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``muster certs`` options."""
+    add = parser.add_argument
+    add(
+        "--out-dir",
+        type=Path,
+        default=Path("muster-certs"),
+        help="where to write ca.crt, ca.key, tls.crt, tls.key (default ./muster-certs)",
+    )
+    add("--service", default="muster", help="the webhook Service (default muster)")
+    add(
+        "--namespace",
+        default="muster-system",
+        help="the Service's namespace (default muster-system)",
+    )
+    add(
+        "--cluster-domain",
+        default="cluster.local",
+        help="the cluster DNS domain (default cluster.local)",
+    )
+    add(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an extra DNS name for the certificate (repeatable)",
+    )
+    add(
+        "--ip",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="an IP address for the certificate (repeatable)",
+    )
+    add(
+        "--days",
+        type=int,
+        default=365,
+        help="validity of the serving certificate in days (default 365)",
+    )
+    add(
+        "--new-ca",
+        action="store_true",
+        help="make a new CA even if --out-dir holds one (changes the caBundle)",
+    )
+    add(
+        "--patch",
+        action="store_true",
+        help="write the caBundle into the webhook configurations in the cluster",
+    )
+    add(
+        "--webhook-config",
+        default="muster",
+        help="name of the Mutating/ValidatingWebhookConfiguration (default muster)",
+    )
+    add(
+        "--kubeconfig",
+        metavar="FILE",
+        help="cluster access for --patch (default: $KUBECONFIG, then ~/.kube/config)",
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``muster certs``; the caBundle goes to stdout, everything else to the log."""
+    try:
+        if args.days < 1:
+            raise MusterError("--days must be at least 1")
+        ca = None if args.new_ca else load_ca(args.out_dir)
+        if ca is None:
+            ca = make_ca()
+            log.info("made a new CA")
+        else:
+            log.info("reusing the CA in %s (the caBundle stays the same)", args.out_dir)
+        names = service_names(args.service, args.namespace, args.cluster_domain) + list(args.dns)
+        serving = issue(ca, names, args.ip, args.days)
+        for path in write(args.out_dir, ca, serving):
+            log.info("wrote %s", path)
+        bundle = ca_bundle(ca)
+        if args.patch:
+            from app.k8s.config import load_api_client
+            from app.k8s.webhooks import patch_ca_bundle
+
+            api = load_api_client(args.kubeconfig, False)
+            try:
+                for line in patch_ca_bundle(api, args.webhook_config, bundle):
+                    log.info("%s", line)
+            finally:
+                api.close()
+    except MusterError as exc:
+        log.error("%s", exc)
+        return 2
+    sys.stdout.write(bundle + "\n")
+    return 0

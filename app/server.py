@@ -1,0 +1,140 @@
+"""One Muster app served on several listeners: plain HTTP and HTTPS.
+
+kube-scheduler reaches the extender over plain HTTP (``http://muster.muster-system.svc:8888/``
+in scheduler-config/), while the API server calls admission webhooks over HTTPS only. Both
+listeners serve the *same* app - one cache, one set of services - from one event loop. The
+first listener runs the app's lifespan (the cluster watch starts and stops once); each HTTPS
+listener gets a ``CertReloader`` so renewed certificates are picked up without a restart.
+
+SIGINT/SIGTERM stop every listener (uvicorn's own handlers would each stop only one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from app.tls import DEFAULT_INTERVAL, CertReloader, server_context
+
+log = logging.getLogger("muster")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """An address to serve on; with ``certfile``/``keyfile`` it speaks HTTPS."""
+
+    host: str
+    port: int
+    certfile: Path | None = None
+    keyfile: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """``http(s)://host:port``."""
+        return f"{'https' if self.certfile else 'http'}://{self.host}:{self.port}"
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to ``MusterServer``."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29
+        yield
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        pass
+
+
+class MusterServer:
+    """Serve ``app`` on ``listeners`` until ``stop()`` (or SIGINT/SIGTERM in the main thread).
+
+    TLS files are loaded when ``serve()`` starts; an unloadable pair raises ``MusterError``
+    before anything listens.
+    """
+
+    def __init__(
+        self,
+        app: FastAPI,
+        listeners: Sequence[Listener],
+        *,
+        log_level: str = "info",
+        access_log: bool = False,
+        reload_interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        if not listeners:
+            raise ValueError("at least one listener")
+        self.listeners = tuple(listeners)
+        self.reloaders: list[CertReloader] = []
+        self._servers: list[_Server] = []
+        for i, listener in enumerate(self.listeners):
+            config = uvicorn.Config(
+                app,
+                host=listener.host,
+                port=listener.port,
+                log_level=log_level,
+                access_log=access_log,
+                lifespan="on" if i == 0 else "off",
+            )
+            self._servers.append(_Server(config))
+        self._reload_interval = reload_interval
+
+    @property
+    def started(self) -> bool:
+        """Whether every listener accepts connections."""
+        return all(s.started for s in self._servers)
+
+    def stop(self) -> None:
+        """Ask every listener to finish (thread-safe; ``serve()`` returns once they have)."""
+        for server in self._servers:
+            server.should_exit = True
+
+    def run(self) -> None:
+        """``serve()`` in a new event loop (blocks)."""
+        asyncio.run(self.serve())
+
+    def _load_tls(self) -> None:
+        self.reloaders = []
+        for listener, server in zip(self.listeners, self._servers, strict=True):
+            if listener.certfile is None or listener.keyfile is None:
+                continue
+            context = server_context(listener.certfile, listener.keyfile)
+            config = server.config
+            if not config.loaded:
+                config.load()
+            config.ssl = context  # our context: TLS >= 1.2, OpenSSL's default ciphers
+            self.reloaders.append(
+                CertReloader(context, listener.certfile, listener.keyfile, self._reload_interval)
+            )
+
+    async def serve(self) -> None:
+        """Serve until every listener has stopped."""
+        self._load_tls()
+        loop = asyncio.get_running_loop()
+        handle_signals = threading.current_thread() is threading.main_thread()
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.stop)
+        watchers = [asyncio.create_task(r.watch()) for r in self.reloaders]
+        servers = [asyncio.create_task(s.serve()) for s in self._servers]
+        try:
+            # When one listener ends (stop, or it failed to start), end the others too.
+            await asyncio.wait(servers, return_when=asyncio.FIRST_COMPLETED)
+            self.stop()
+            await asyncio.gather(*servers)
+        finally:
+            self.stop()
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+            if handle_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)

@@ -1,0 +1,102 @@
+"""HTTPS from certificate and key files that may change while Muster runs.
+
+The API server calls the webhook over HTTPS only. Its certificate is a Secret mounted into the
+pod, renewed by cert-manager or replaced by a new ``muster certs`` run; kubelet then swaps the
+files (a symlink flip). ``CertReloader`` notices that (modification time, size or inode of
+either file) and loads the pair again *into the same* ``ssl.SSLContext``: new handshakes use the
+new certificate at once, connections already open keep the old one, nothing restarts.
+
+A pair caught half-written (the new certificate with the old key) fails to load: the previous
+certificate stays in force and the reload is retried at the next check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from pathlib import Path
+
+from app.core.errors import MusterError
+
+log = logging.getLogger("muster.tls")
+
+#: Seconds between checks of the files (kubelet refreshes Secret volumes about once a minute).
+DEFAULT_INTERVAL = 10.0
+
+
+def server_context(certfile: Path | str, keyfile: Path | str) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2 or later) holding the pair; ``MusterError`` if unloadable."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_pair(context, certfile, keyfile)
+    return context
+
+
+def load_pair(context: ssl.SSLContext, certfile: Path | str, keyfile: Path | str) -> None:
+    """Load a certificate chain and its key into ``context``; ``MusterError`` naming the files."""
+    try:
+        context.load_cert_chain(str(certfile), str(keyfile))
+    except (OSError, ssl.SSLError) as exc:
+        raise MusterError(
+            f"cannot load TLS certificate {certfile} with key {keyfile}: {exc}"
+        ) from exc
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)  # follows symlinks: a Secret volume flips its ..data link
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class CertReloader:
+    """Reloads ``certfile``/``keyfile`` into ``context`` when they change on disk.
+
+    Call ``check()`` (from the thread that runs the server's event loop) or run ``watch()`` as a
+    task. ``reloads`` counts successful reloads; ``last_error`` holds the latest failure.
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        certfile: Path | str,
+        keyfile: Path | str,
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        self.context = context
+        self.certfile = Path(certfile)
+        self.keyfile = Path(keyfile)
+        self.interval = interval
+        self.reloads = 0
+        self.last_error = ""
+        self._seen = self._stamps()
+
+    def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
+        return (_stamp(self.certfile), _stamp(self.keyfile))
+
+    def check(self) -> bool:
+        """Reload the pair if either file changed since the last load; return whether it did."""
+        stamps = self._stamps()
+        if stamps == self._seen or None in stamps:
+            return False
+        try:
+            load_pair(self.context, self.certfile, self.keyfile)
+        except MusterError as exc:
+            if str(exc) != self.last_error:
+                log.warning("%s; keeping the previous certificate", exc)
+            self.last_error = str(exc)
+            return False
+        self._seen = stamps
+        self.reloads += 1
+        self.last_error = ""
+        log.info("reloaded TLS certificate %s", self.certfile)
+        return True
+
+    async def watch(self) -> None:
+        """Check every ``interval`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval)
+            self.check()
