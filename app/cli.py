@@ -25,6 +25,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "bind_barrier_seconds": args.bind_barrier,
         "plan_ttl_seconds": args.plan_ttl,
         "queue_file": Path(args.queues) if args.queues else None,
+        "default_runtime_seconds": args.default_runtime,
         "scheduler_name": args.scheduler_name,
         "muster_namespace": args.muster_namespace,
         "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
@@ -113,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep below the extender httpTimeout)")  # fmt: skip
     s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS",
                    help="how long a gang plan holds its nodes (default 60)")  # fmt: skip
+    s.add_argument("--default-runtime", type=float, default=3600.0, metavar="SECONDS",
+                   help="expected runtime of pods that declare none (default 3600)")  # fmt: skip
     s.add_argument("--queues", metavar="FILE",
                    help="queue configuration (YAML; reloaded when it changes)")  # fmt: skip
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

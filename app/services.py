@@ -93,6 +93,7 @@ def build_services(
         plan_ttl=settings.plan_ttl_seconds,
         queues=queues,
         scheduler_name=settings.scheduler_name,
+        default_runtime=settings.default_runtime_seconds,
     )
     extender = Extender(
         cache,

@@ -31,6 +31,9 @@ class Settings:
     plan_ttl_seconds: float = 60.0
     #: Queue configuration file (reloaded when it changes); ``None``: one open queue.
     queue_file: Path | None = None
+    #: Expected runtime of running pods that declare none (``muster.io/expected-runtime``),
+    #: used to predict when reserved nodes free up.
+    default_runtime_seconds: float = 3600.0
     #: The admission webhook sets this ``spec.schedulerName`` (the profile in scheduler-config/).
     scheduler_name: str = "muster"
     #: Muster's own namespace: the webhook never touches pods there (nor in kube-system).

@@ -74,6 +74,8 @@ class Snapshot:
     placement: Mapping[str, str]
     assumed: frozenset[str] = field(default_factory=frozenset)
     reserved: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> wall-clock time Muster first saw the pod hold a node.
+    bound_at: Mapping[str, float] = field(default_factory=dict)
     #: uid -> gang key (``namespace/name``) for every pod that belongs to a gang.
     gang_members: Mapping[str, str] = field(default_factory=dict)
 
@@ -120,6 +122,14 @@ class ClusterCache:
         self._queue_key: dict[str, QueueKey] = {}
         self._queue_applied: dict[str, QueueKey] = {}
         self._queue_used: dict[QueueKey, np.ndarray] = {}
+        self._bound_at: dict[str, float] = {}
+        # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
+        # everyone's reach except work that ends before ``_hold_until``.
+        self._holds: dict[str, np.ndarray] = {}
+        self._hold_owner = ""
+        self._hold_until = 0.0
+        self._backfill_view: NodeView | None = None
+        self._wall = time.time
         self._generation = 0
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -291,6 +301,8 @@ class ClusterCache:
                 self._queue_used[key] -= old_req
         if target:
             self._placement[uid] = target
+            if uid not in self._reserved:
+                self._bound_at.setdefault(uid, self._wall())
             i = self._index.get(target)
             if i is not None:
                 self._used[i] += new_req
@@ -303,6 +315,7 @@ class ClusterCache:
                 self._queue_applied[uid] = key
         else:
             self._placement.pop(uid, None)
+            self._bound_at.pop(uid, None)
 
     # -- binds in flight ------------------------------------------------------------------
 
@@ -385,8 +398,8 @@ class ClusterCache:
                 if uid in self._reserved:
                     self._unreserve(uid)
                 pod = self._pods[uid]
-                self._move(uid, pod.requests, pod.requests, node)
                 self._reserved[uid] = node
+                self._move(uid, pod.requests, pod.requests, node)
             if todo:
                 self._bump()
             return ""
@@ -439,7 +452,7 @@ class ClusterCache:
         with self._lock:
             self._expire()
             if self._view is None:
-                self._view = NodeView(
+                self._backfill_view = NodeView(
                     generation=self._generation,
                     nodes=tuple(self._nodes),
                     index=MappingProxyType(self._index),
@@ -447,7 +460,48 @@ class ClusterCache:
                     used=self._used.copy(),
                     special=self._special,
                 )
+                self._view = self._backfill_view
+                if self._holds:
+                    held = self._backfill_view.used.copy()
+                    for node, amount in self._holds.items():
+                        i = self._index.get(node)
+                        if i is not None:
+                            held[i] += amount
+                    self._view = replace(self._backfill_view, used=held)
             return self._view
+
+    def backfill_view(self) -> NodeView:
+        """The node view without backfill holds: for work that ends before they start."""
+        with self._lock:
+            self.view()
+            assert self._backfill_view is not None
+            return self._backfill_view
+
+    def set_holds(self, owner: str, holds: Mapping[str, Resources], until: float) -> None:
+        """Promise room on nodes to ``owner`` (a head-of-line gang) from ``until`` on; an empty
+        ``holds`` lifts them. Every view but ``backfill_view`` counts held room as used."""
+        with self._lock:
+            new = {n: np.asarray(r, np.int64) for n, r in holds.items()}
+            same = (
+                owner == self._hold_owner
+                and abs(until - self._hold_until) < 1.0
+                and new.keys() == self._holds.keys()
+                and all((new[n] == self._holds[n]).all() for n in new)
+            )
+            if same:
+                return
+            self._holds, self._hold_owner, self._hold_until = new, owner, until
+            self._bump()
+
+    @property
+    def holds(self) -> tuple[str, dict[str, Resources], float]:
+        """``(owner, node -> held amount, until)`` of the backfill holds in force."""
+        with self._lock:
+            return (
+                self._hold_owner,
+                {n: Resources(*(int(x) for x in a)) for n, a in self._holds.items()},
+                self._hold_until,
+            )
 
     def snapshot(self) -> Snapshot:
         """The current ``Snapshot``: node view, pods, placements."""
@@ -461,6 +515,7 @@ class ClusterCache:
                     assumed=frozenset(self._assumed),
                     reserved=MappingProxyType(dict(self._reserved)),
                     gang_members=MappingProxyType(dict(self._gang_of)),
+                    bound_at=MappingProxyType(dict(self._bound_at)),
                 )
             return self._snapshot
 

@@ -67,7 +67,9 @@ class Extender:
             blocked = self.planner.quota_check(pod)
             if blocked:
                 return FilterResult(unresolvable=dict.fromkeys(names, blocked))
-            return filter_nodes(self.cache.view(), pod, names)
+            backfill = self.planner.backfill_ok(pod)
+            view = self.cache.backfill_view() if backfill else self.cache.view()
+            return filter_nodes(view, pod, names)
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
         if not verdict.node:

@@ -131,6 +131,8 @@ class Pod:
     scheduler_name: str = "default-scheduler"
     created: float = 0.0
     deleting: bool = False
+    #: ``status.startTime`` (epoch seconds), 0 when not started or unknown.
+    started: float = 0.0
 
     @property
     def key(self) -> str:

@@ -217,6 +217,7 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         or "default-scheduler",
         created=_timestamp(meta.get("creationTimestamp"), f"{field}.metadata.creationTimestamp"),
         deleting=meta.get("deletionTimestamp") is not None,
+        started=_timestamp(status.get("startTime"), f"{field}.status.startTime"),
     )
 
 

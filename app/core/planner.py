@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from app.core.actions.allocate import allocate, why_unplaced
-from app.core.cache import ClusterCache, Snapshot
+from app.core.actions.backfill import Reservation, may_backfill, reserve_for
+from app.core.cache import ClusterCache, NodeView, Snapshot
 from app.core.model import Pod
 from app.core.podgroup import Gang, collect_gangs, gang_spec
 from app.core.policies.drf import order_key
@@ -81,8 +82,13 @@ class Planner:
         clock: Callable[[], float] = time.monotonic,
         queues: QueueFile | None = None,
         scheduler_name: str = "muster",
+        default_runtime: float = 3600.0,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._cache = cache
+        self._default_runtime = default_runtime
+        self._wall = wall
+        self._head: Reservation | None = None
         self._queues = queues or QueueFile()
         self._scheduler_name = scheduler_name
         self._strategy = strategy
@@ -231,6 +237,7 @@ class Planner:
             for line in by_queue.values():
                 line.sort(key=lambda g: (-g.priority, g.created, g.key))
             planned = []
+            self._head = None
             while by_queue:
                 # Weighted DRF across queues (hierarchically), priority then age within one.
                 queue = min(
@@ -242,6 +249,8 @@ class Planner:
                     del by_queue[queue]
                 if self._plan_core(gang, now, usage, queue):
                     planned.append(gang.key)
+            if self._head is None:
+                self._cache.set_holds("", {}, 0.0)
             for gang in sorted(gangs.values(), key=lambda g: (-g.priority, g.created, g.key)):
                 self._plan_extras(gang, now, usage, self._queue_of(gang, config))
             self._last_generation = self._cache.generation
@@ -295,10 +304,18 @@ class Planner:
         if blocked:
             self._reasons[gang.key] = blocked
             return False
-        view = self._cache.view()
+        view = self._view_for(gang.key, core)
         allocation = allocate(view, core, strategy=self._strategy)
         if not allocation.complete:
-            self._reasons[gang.key] = why_unplaced(view, allocation, gang.min_member)
+            reason = why_unplaced(view, allocation, gang.min_member)
+            if self._head is None:
+                # First in line and blocked by capacity: hold the soonest-freeing room for it.
+                self._head = self._reserve_head(gang.key, core)
+                if self._head is not None:
+                    wait = max(self._head.start - self._wall(), 0.0)
+                    nodes = ", ".join(sorted(self._head.holds))
+                    reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
+            self._reasons[gang.key] = reason
             return False
         why = self._cache.reserve(allocation.placed)
         if why:
@@ -316,6 +333,37 @@ class Planner:
         )
         self._reasons.pop(gang.key, None)
         return True
+
+    def _view_for(self, gang: str, pods: Sequence[Pod]) -> NodeView:
+        """The held room is off limits unless ``gang`` owns it or ``pods`` end before it starts."""
+        owner, holds, until = self._cache.holds
+        if holds and (gang == owner or may_backfill(pods, self._wall(), until)):
+            return self._cache.backfill_view()
+        return self._cache.view()
+
+    def _reserve_head(self, gang: str, core: Sequence[Pod]) -> Reservation | None:
+        snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
+        reservation = reserve_for(
+            snapshot,
+            gang,
+            core,
+            now=self._wall(),
+            default_runtime=self._default_runtime,
+            strategy=self._strategy,
+        )
+        if reservation is not None:
+            self._cache.set_holds(gang, reservation.holds, reservation.start)
+        return reservation
+
+    def backfill_ok(self, pod: Pod) -> bool:
+        """Whether a pod scheduled on its own may use held room (it ends before it is due)."""
+        owner, holds, until = self._cache.holds
+        return bool(holds) and may_backfill([pod], self._wall(), until)
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The head-of-line reservation made by the last cycle, if any."""
+        return self._head
 
     def _plan_extras(self, gang: Gang, now: float, usage: QueueUsage, queue: str) -> None:
         """Elastic members beyond min-member, placed one by one where room is left."""
