@@ -63,7 +63,13 @@ class BindingWatch:
     that still existed (deleted pods give their GPUs back).
     """
 
-    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    def __init__(
+        self, core: kubernetes.client.CoreV1Api, namespace: str, group_label: str = ""
+    ) -> None:
+        self.group_label = group_label
+        self.groups: dict[str, str] = {}
+        #: the most GPUs held at once by the pods sharing a ``group_label`` value
+        self.max_group_gpus: Counter[str] = Counter()
         self.placements: dict[str, tuple[str, int]] = {}
         self.bound_at: dict[str, float] = {}
         self.current: dict[str, tuple[str, int]] = {}
@@ -110,11 +116,17 @@ class BindingWatch:
             self.placements[name] = (pod.spec.node_name, gpus)
             self.bound_at.setdefault(name, time.monotonic())
             self.current[name] = (pod.spec.node_name, gpus)
+            if self.group_label:
+                self.groups[name] = (pod.metadata.labels or {}).get(self.group_label, "")
             used = Counter[str]()
-            for node, n in self.current.values():
+            by_group = Counter[str]()
+            for pod_name, (node, n) in self.current.items():
                 used[node] += n
+                by_group[self.groups.get(pod_name, "")] += n
             for node, n in used.items():
                 self.max_gpus[node] = max(self.max_gpus[node], n)
+            for group, n in by_group.items():
+                self.max_group_gpus[group] = max(self.max_group_gpus[group], n)
 
     def __enter__(self) -> BindingWatch:
         self._thread.start()
@@ -194,3 +206,61 @@ def binds_by_muster(muster: httpx.Client) -> float:
         for line in text.splitlines()
         if line.startswith('muster_binds_total{result="Bound"}')
     )
+
+
+def delete_now(core: kubernetes.client.CoreV1Api, ns: str, name: str) -> None:
+    """Delete without grace: there is no kubelet to confirm a graceful deletion."""
+    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+class FakeKubelet:
+    """Starts a job once all its pods are bound (marks them Running), and after ``runtime``
+    seconds completes it by deleting its pods."""
+
+    def __init__(
+        self, core: kubernetes.client.CoreV1Api, ns: str, jobs: dict[str, int], runtime: float
+    ) -> None:
+        self.core, self.ns, self.jobs, self.runtime = core, ns, jobs, runtime
+        self.started: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self.partial_starts: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: Exception | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(0.2):
+                self._step()
+        except Exception as exc:  # surfaced by the test
+            self.error = exc
+
+    def _step(self) -> None:
+        pods = self.core.list_namespaced_pod(self.ns).items
+        by_job: dict[str, list[Any]] = {}
+        for pod in pods:
+            by_job.setdefault(pod.metadata.labels["job"], []).append(pod)
+        now = time.monotonic()
+        for job, size in self.jobs.items():
+            members = by_job.get(job, [])
+            if job in self.finished:
+                continue
+            if job not in self.started:
+                if len(members) == size and all(p.spec.node_name for p in members):
+                    self.started[job] = now
+                    for p in members:
+                        self.core.patch_namespaced_pod_status(
+                            p.metadata.name, self.ns, {"status": {"phase": "Running"}}
+                        )
+            elif now - self.started[job] >= self.runtime:
+                for p in members:
+                    delete_now(self.core, self.ns, p.metadata.name)
+                self.finished.add(job)
+
+    def __enter__(self) -> FakeKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes.client
 import pytest
 from controlplane import create_gpu_node, wait_for
-from harness import BindingWatch, gpu_pod, make_namespace, muster_cluster, wait_nodes
+from harness import (
+    BindingWatch,
+    FakeKubelet,
+    delete_now,
+    gpu_pod,
+    make_namespace,
+    muster_cluster,
+    wait_nodes,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,11 +42,6 @@ def cluster() -> Iterator[Any]:
 def member(job: str, i: int, size: int, ns: str, group: str, gpus: int = 1) -> dict[str, Any]:
     labels = {"muster.io/pod-group": job, "muster.io/min-member": str(size), "job": job}
     return gpu_pod(f"{job}-{i}", gpus, ns, group, labels)
-
-
-def delete_now(core: kubernetes.client.CoreV1Api, ns: str, name: str) -> None:
-    """Delete without grace: there is no kubelet to confirm a graceful deletion."""
-    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
 
 def bound_of(seen: BindingWatch, job: str, size: int) -> int:
@@ -117,59 +118,6 @@ def test_members_rejected_early_are_retried_once_the_gang_is_planned(cluster: An
         print(f"\nlate members: gang bound whole {took:.1f}s after it became complete")
     spread = max(seen.bound_at.values()) - min(seen.bound_at.values())
     assert spread < 2.0, f"members bound {spread:.1f}s apart"
-
-
-class FakeKubelet:
-    """Starts a job once all its pods are bound (marks them Running), and after ``runtime``
-    seconds completes it by deleting its pods."""
-
-    def __init__(
-        self, core: kubernetes.client.CoreV1Api, ns: str, jobs: dict[str, int], runtime: float
-    ) -> None:
-        self.core, self.ns, self.jobs, self.runtime = core, ns, jobs, runtime
-        self.started: dict[str, float] = {}
-        self.finished: set[str] = set()
-        self.partial_starts: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error: Exception | None = None
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(0.2):
-                self._step()
-        except Exception as exc:  # surfaced by the test
-            self.error = exc
-
-    def _step(self) -> None:
-        pods = self.core.list_namespaced_pod(self.ns).items
-        by_job: dict[str, list[Any]] = {}
-        for pod in pods:
-            by_job.setdefault(pod.metadata.labels["job"], []).append(pod)
-        now = time.monotonic()
-        for job, size in self.jobs.items():
-            members = by_job.get(job, [])
-            if job in self.finished:
-                continue
-            if job not in self.started:
-                if len(members) == size and all(p.spec.node_name for p in members):
-                    self.started[job] = now
-                    for p in members:
-                        self.core.patch_namespaced_pod_status(
-                            p.metadata.name, self.ns, {"status": {"phase": "Running"}}
-                        )
-            elif now - self.started[job] >= self.runtime:
-                for p in members:
-                    delete_now(self.core, self.ns, p.metadata.name)
-                self.finished.add(job)
-
-    def __enter__(self) -> FakeKubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 def test_gang_workload_larger_than_the_cluster_runs_every_job_whole(cluster: Any) -> None:
