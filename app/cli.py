@@ -26,6 +26,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "plan_ttl_seconds": args.plan_ttl,
         "queue_file": Path(args.queues) if args.queues else None,
         "default_runtime_seconds": args.default_runtime,
+        "mirror_unresolvable": args.mirror_unresolvable,
         "scheduler_name": args.scheduler_name,
         "muster_namespace": args.muster_namespace,
         "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
@@ -114,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep below the extender httpTimeout)")  # fmt: skip
     s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS",
                    help="how long a gang plan holds its nodes (default 60)")  # fmt: skip
+    s.add_argument(
+        "--mirror-unresolvable",
+        action="store_true",
+        help="copy unresolvable reasons to FailedNodes (for kube-scheduler 1.20)",
+    )
     s.add_argument("--default-runtime", type=float, default=3600.0, metavar="SECONDS",
                    help="expected runtime of pods that declare none (default 3600)")  # fmt: skip
     s.add_argument("--queues", metavar="FILE",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.api.metrics import Metrics
-from app.core.admission import NamespaceFetch, OwnerFetch
+from app.core.admission import NamespaceReader, OwnerReader
 from app.core.cache import ClusterCache
 from app.core.clusterfile import load_cluster_file
 from app.core.extender import Extender
@@ -40,8 +40,8 @@ class Services:
     planner_loop: PlannerLoop | None = None
     #: Cluster mode: cached readers of pod owners and namespaces for the admission webhook
     #: (standalone: ``None``, owners unknown).
-    owners: OwnerFetch | None = None
-    namespaces: NamespaceFetch | None = None
+    owners: OwnerReader | None = None
+    namespaces: NamespaceReader | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode) and the planner's background loop."""
@@ -69,8 +69,8 @@ def build_services(
     """
     cache = ClusterCache(assume_ttl=settings.assume_ttl_seconds)
     source: Source | None = None
-    owners: OwnerFetch | None = None
-    namespaces: NamespaceFetch | None = None
+    owners: OwnerReader | None = None
+    namespaces: NamespaceReader | None = None
     if settings.mode == "cluster":
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway

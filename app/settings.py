@@ -31,6 +31,9 @@ class Settings:
     plan_ttl_seconds: float = 60.0
     #: Queue configuration file (reloaded when it changes); ``None``: one open queue.
     queue_file: Path | None = None
+    #: Also list unresolvable nodes in FailedNodes, for kube-scheduler 1.20 and older, which
+    #: ignore FailedAndUnresolvableNodes and would drop those reasons from pod events.
+    mirror_unresolvable: bool = False
     #: Expected runtime of running pods that declare none (``muster.io/expected-runtime``),
     #: used to predict when reserved nodes free up.
     default_runtime_seconds: float = 3600.0

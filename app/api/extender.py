@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
 
 from app.api import wire
 from app.api.errors import BadRequest, invalid, parse_body
@@ -13,6 +14,7 @@ from app.core.errors import InvalidInput
 from app.core.model import Node, Pod
 from app.core.objects import node_from_dict, pod_from_dict
 from app.core.preempt import Victims
+from app.core.prioritize import Ranking
 from app.services import Services
 
 router = APIRouter(tags=["extender"])
@@ -55,6 +57,19 @@ def _nodes(args: wire.ExtenderArgs) -> list[Node] | None:
         raise invalid(exc) from None
 
 
+def _encode_ranking(ranking: Ranking) -> bytes:
+    """The bare ``[{"Host", "Score"}]`` array; per-node JSON fragments are cached per node set."""
+    if len(ranking.rows) and (ranking.rows >= 0).all():
+        fragments = ranking.table.host_fragments
+        parts = map(
+            "{}{}}}".format,
+            map(fragments.__getitem__, ranking.rows.tolist()),
+            ranking.scores.tolist(),
+        )
+        return ("[" + ",".join(parts) + "]").encode()
+    return _PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in ranking.pairs()])
+
+
 def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type=_JSON)
 
@@ -76,14 +91,18 @@ async def filter_nodes(request: Request) -> Response:
         m.labels("feasible").inc(len(result.feasible))
         m.labels("failed").inc(len(result.failed))
         m.labels("unresolvable").inc(len(result.unresolvable))
-        # Unresolvable nodes are listed in FailedNodes too. kube-scheduler 1.21+ lets
-        # FailedAndUnresolvableNodes take precedence for a node named in both (so its own
-        # preemption still skips it); 1.20 and older ignore that map and would otherwise drop
-        # the reason from the pod's FailedScheduling event.
-        answer = wire.ExtenderFilterResult(
-            FailedNodes={**result.failed, **result.unresolvable},
-            FailedAndUnresolvableNodes=result.unresolvable,
-        )
+        failed = result.failed
+        if services.settings.mirror_unresolvable:
+            # kube-scheduler 1.20 and older ignore FailedAndUnresolvableNodes and would drop
+            # those reasons from the pod's event; 1.21+ let that map win for a node in both.
+            failed = {**failed, **result.unresolvable}
+        answer: dict[str, Any] = {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": result.unresolvable,
+            "Error": "",
+        }
         if args.Nodes is not None:
             keep = set(result.feasible)
             items = [
@@ -91,10 +110,10 @@ async def filter_nodes(request: Request) -> Response:
                 for item, node in zip(args.Nodes.items, nodes or (), strict=True)
                 if node.name in keep
             ]
-            answer.Nodes = wire.NodeList(metadata=args.Nodes.metadata, items=items)
+            answer["Nodes"] = {"metadata": args.Nodes.metadata, "items": items}
         else:
-            answer.NodeNames = result.feasible
-        return _json(answer)
+            answer["NodeNames"] = result.feasible
+        return Response(to_json(answer), media_type=_JSON)
 
 
 @router.post(
@@ -108,9 +127,8 @@ async def prioritize_nodes(request: Request) -> Response:
     services = _services(request)
     with services.metrics.observe("prioritize"):
         args = parse_body(wire.ExtenderArgs, await request.body())
-        scores = services.extender.prioritize(_pod(args.Pod), args.NodeNames, _nodes(args))
-        body = _PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in scores])
-        return Response(body, media_type=_JSON)
+        ranking = services.extender.prioritize(_pod(args.Pod), args.NodeNames, _nodes(args))
+        return Response(_encode_ranking(ranking), media_type=_JSON)
 
 
 @router.post(

@@ -28,13 +28,16 @@ from app.core.admission import (
     Admission,
     AdmissionConfig,
     Fetched,
+    GangPods,
     NamespaceMeta,
+    OwnerFetch,
     Verdict,
     agreed_min_member,
     mutate,
     validate,
 )
 from app.core.errors import InvalidInput
+from app.core.model import Pod
 from app.core.workloads import WorkloadKind
 from app.services import Services
 
@@ -44,6 +47,7 @@ router = APIRouter(tags=["admission"])
 API_VERSION = "admission.k8s.io/v1"
 _JSON = "application/json"
 _STANDALONE = "Muster runs standalone, without access to the API server"
+_INTERNAL = "muster: internal error in the webhook (see Muster's log)"
 
 
 class GroupVersionKind(BaseModel):
@@ -157,15 +161,60 @@ def _standalone_owner(kind: WorkloadKind, namespace: str, name: str) -> Fetched:
     return Fetched(None, _STANDALONE)
 
 
-def _decide(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Admission:
-    """Run the pure decision with the cluster readers (blocking: call in a worker thread)."""
+def _gang_pods(services: Services) -> GangPods:
+    """The cached pods of a gang, from the cache's gang index (not a scan of every pod)."""
+
+    def members(namespace: str, group: str) -> list[Pod]:
+        snapshot = services.cache.snapshot()
+        key, pods = f"{namespace}/{group}", snapshot.pods
+        return [pods[uid] for uid, gang in snapshot.gang_members.items()
+                if gang == key and uid in pods]  # fmt: skip
+
+    return members
+
+
+class _NotCached(Exception):
+    """A reader would have to call the API server."""
+
+
+def _decide(
+    services: Services, req: AdmissionRequest, pod: dict[str, Any], *, cached_only: bool
+) -> Admission:
+    """Run the pure decision with the cluster readers.
+
+    With ``cached_only`` the readers answer from memory or raise ``_NotCached`` (the decision
+    is pure, so it is simply run again, in a worker thread, without it); otherwise they may
+    block on the API server.
+    """
     namespace = req.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
-    ns_meta = services.namespaces(namespace) if services.namespaces else NamespaceMeta()
+    ns_meta = NamespaceMeta()
+    owners: OwnerFetch = _standalone_owner
+    if services.namespaces is not None:
+        if cached_only:
+            peeked = services.namespaces.peek(namespace)
+            if peeked is None:
+                raise _NotCached
+            ns_meta = peeked
+        else:
+            ns_meta = services.namespaces(namespace)
+    if services.owners is not None:
+        owners = services.owners
+        if cached_only:
+            peek = services.owners.peek
+
+            def peeked_owner(kind: WorkloadKind, ns: str, name: str) -> Fetched:
+                fetched = peek(kind, ns, name)
+                if fetched is None:
+                    raise _NotCached
+                return fetched
+
+            owners = peeked_owner
+
+    members = _gang_pods(services)
 
     def group_min(ns: str, group: str) -> int | None:
-        return agreed_min_member(services.cache.snapshot().pods.values(), ns, group)
+        return agreed_min_member(members(ns, group), ns, group)
 
-    owners = services.owners or _standalone_owner
     return mutate(pod, namespace, ns_meta, owners, group_min, admission_config(services))
 
 
@@ -178,20 +227,28 @@ async def mutate_pod(request: Request) -> Response:
         return _answer(req.uid)
     pod = _pod(req)
     try:
-        # Owner and namespace reads may block on the API server: keep the event loop free.
-        decision = await asyncio.to_thread(_decide, services, req, pod)
+        try:
+            # Usually everything needed is cached: decide on the event loop (no thread hop).
+            decision = _decide(services, req, pod, cached_only=True)
+        except _NotCached:
+            # An owner or namespace read would block on the API server: not on the loop.
+            decision = await asyncio.to_thread(_decide, services, req, pod, cached_only=False)
     except InvalidInput as exc:
         raise BadRequest(400, str(exc), exc.field) from None
+    except Exception:
+        # A bug must not turn into a failed pod creation: admit the pod as it is, and say so.
+        log.exception("mutating webhook failed on a pod in %s; admitted unmodified", req.namespace)
+        return _answer(req.uid, warnings=[f"{_INTERNAL}; the pod is admitted unmodified"])
     who = f"{req.namespace}/{(pod.get('metadata') or {}).get('name') or '(generated)'}"
     if decision.warnings:
         log.info("admitted %s with warnings: %s", who, "; ".join(decision.warnings))
-    log.debug("admitted %s: %s", who, decision.skipped or dict(decision.values))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("admitted %s: %s", who, decision.skipped or dict(decision.values))
     return _answer(req.uid, patch=decision.patch, warnings=decision.warnings)
 
 
 def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Verdict:
-    pods = services.cache.snapshot().pods.values()
-    return validate(pod, req.namespace, pods, admission_config(services))
+    return validate(pod, req.namespace, _gang_pods(services), admission_config(services))
 
 
 @router.post("/validate", summary="Validating admission webhook: consistent gang metadata")
@@ -203,9 +260,12 @@ async def validate_pod(request: Request) -> Response:
         return _answer(req.uid)
     pod = _pod(req)
     try:
-        verdict = await asyncio.to_thread(_judge, services, req, pod)
+        verdict = _judge(services, req, pod)  # memory only: the cluster cache
     except InvalidInput as exc:
         raise BadRequest(400, str(exc), exc.field) from None
+    except Exception:
+        log.exception("validating webhook failed on a pod in %s; allowed", req.namespace)
+        return _answer(req.uid, warnings=[f"{_INTERNAL}; the pod was not checked"])
     if not verdict.allowed:
         log.info("refused pod in %s: %s", req.namespace, verdict.message)
     return _answer(req.uid, denied=verdict.message)

@@ -7,8 +7,9 @@ returns the JSONPatch that gives the pod Muster's scheduler and metadata, plus w
 Which pods: those requesting ``nvidia.com/gpu`` or carrying a GPU-fraction key, those with any
 group or queue key Muster understands (``app.core.labels``), and every pod of a namespace
 labelled ``muster.io/managed=true``. Never pods in kube-system or Muster's own namespace, pods
-labelled ``muster.io/managed=false``, pods already bound (``spec.nodeName``), DaemonSet pods, or
-pods that ask for a scheduler Muster does not take over (``AdmissionConfig.take_over``).
+or namespaces labelled ``muster.io/managed=false``, pods already bound (``spec.nodeName``),
+DaemonSet pods, or pods that ask for a scheduler Muster does not take over
+(``AdmissionConfig.take_over``).
 
 What it sets, each only when the pod does not say it already (label or annotation):
 
@@ -39,7 +40,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.core import labels as keys
 from app.core.errors import InvalidInput
@@ -103,8 +104,23 @@ class NamespaceMeta:
 
 #: Reads a workload object: ``(kind, namespace, name) -> Fetched``. May block on the API.
 OwnerFetch = Callable[[WorkloadKind, str, str], Fetched]
-#: Reads a namespace's labels and annotations (never raises: ``problem`` says what failed).
-NamespaceFetch = Callable[[str], NamespaceMeta]
+
+
+class OwnerReader(Protocol):
+    """An ``OwnerFetch`` with a cache: ``peek`` answers from memory only (``None``: not there)."""
+
+    def __call__(self, kind: WorkloadKind, namespace: str, name: str) -> Fetched: ...
+    def peek(self, kind: WorkloadKind, namespace: str, name: str) -> Fetched | None: ...
+
+
+class NamespaceReader(Protocol):
+    """Reads a namespace's labels and annotations (never raises: ``problem`` says what failed);
+    ``peek`` answers from memory only."""
+
+    def __call__(self, name: str) -> NamespaceMeta: ...
+    def peek(self, name: str) -> NamespaceMeta | None: ...
+
+
 #: The min-member live members of gang ``(namespace, name)`` agree on, if any.
 GroupMinMember = Callable[[str, str], int | None]
 
@@ -331,6 +347,10 @@ def mutate(
     p = _read(pod, namespace)
     if p.namespace in config.excluded_namespaces:
         return Admission(skipped=f"namespace {p.namespace} is never managed")
+    if ns.labels.get(keys.MANAGED_NAMESPACE) == "false":
+        return Admission(
+            skipped=f"namespace {p.namespace} is labelled {keys.MANAGED_NAMESPACE}=false"
+        )
     if p.labels.get(keys.MANAGED_NAMESPACE) == "false":
         return Admission(skipped=f"the pod is labelled {keys.MANAGED_NAMESPACE}=false")
     if _str(p.spec.get("nodeName"), "request.object.spec.nodeName"):
@@ -536,12 +556,16 @@ def agreed_min_member(pods: Iterable[Pod], namespace: str, group: str) -> int | 
     return values.pop() if len(values) == 1 else None
 
 
-def validate(pod: Any, namespace: str, pods: Iterable[Pod], config: AdmissionConfig) -> Verdict:
+#: The pods that may belong to gang ``(namespace, name)`` (a superset is fine: each is checked).
+GangPods = Callable[[str, str], Iterable[Pod]]
+
+
+def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfig) -> Verdict:
     """Reject a pod whose gang metadata contradicts itself or its gang's live members.
 
     Rejected: min-member, max-member or gang-timeout that do not parse; max-member below
     min-member; a min-member or max-member other than the one the gang's live members (from
-    ``pods``, the cluster cache) agree on. A pod without a group, or with a group but no
+    ``members``, the cluster cache) state. A pod without a group, or with a group but no
     min-member yet, is allowed.
     """
     p = _read(pod, namespace)
@@ -556,12 +580,12 @@ def validate(pod: Any, namespace: str, pods: Iterable[Pod], config: AdmissionCon
     gang = f"gang {spec.key}"
     if spec.problem and not spec.problem.startswith(_NOT_GIVEN_MIN):
         return Verdict(False, f"{gang}: {spec.problem}")
-    members = live_members(pods, p.namespace, spec.name, exclude=p.uid)
+    others = live_members(members(p.namespace, spec.name), p.namespace, spec.name, exclude=p.uid)
     for what, mine in (("min-member", spec.min_member), ("max-member", spec.max_member)):
         if mine is None:
             continue
         theirs: dict[int, int] = {}
-        for member in members:
+        for member in others:
             other = gang_spec(member)
             value = None if other is None else getattr(other, what.replace("-", "_"))
             if value is not None:

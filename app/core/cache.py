@@ -23,6 +23,7 @@ import numpy as np
 from app.core import labels
 from app.core.errors import BindRejected
 from app.core.model import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.nodetable import NodeTable
 from app.core.podgroup import gang_spec
 from app.core.quantity import format_milli
 
@@ -35,20 +36,38 @@ class NodeView:
 
     Row ``i`` of ``allocatable``/``used`` belongs to ``nodes[i]``; columns follow
     ``RESOURCE_NAMES``. ``special[i]`` is true when node ``i`` has taints or is unschedulable,
-    so filters only look closer at those.
+    so filters only look closer at those. Node facts live in ``table`` (shared between views
+    until the node set changes).
     """
 
     generation: int
-    nodes: tuple[Node, ...]
-    index: Mapping[str, int]
-    allocatable: np.ndarray
+    table: NodeTable
     used: np.ndarray
-    special: np.ndarray
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node, by row."""
+        return self.table.nodes
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        """Node name -> row."""
+        return self.table.index
+
+    @property
+    def allocatable(self) -> np.ndarray:
+        """Allocatable per row and resource."""
+        return self.table.allocatable
+
+    @property
+    def special(self) -> np.ndarray:
+        """Per row: tainted or cordoned."""
+        return self.table.special
 
     @property
     def free(self) -> np.ndarray:
         """``allocatable - used`` per node and resource."""
-        return self.allocatable - self.used
+        return self.table.allocatable - self.used
 
     def node(self, name: str) -> Node | None:
         """The node called ``name``, if known."""
@@ -111,6 +130,7 @@ class ClusterCache:
         self._index: dict[str, int] = {}
         self._alloc = np.zeros((0, _R), dtype=np.int64)
         self._special = np.zeros(0, dtype=bool)
+        self._table: NodeTable | None = None
         self._used = np.zeros((0, _R), dtype=np.int64)
         self._pods: dict[str, Pod] = {}
         self._placement: dict[str, str] = {}
@@ -186,6 +206,7 @@ class ClusterCache:
             self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
             new_nodes.extend(appended)
         self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
+        self._table = None
         self._bump()
         return True
 
@@ -203,6 +224,7 @@ class ClusterCache:
         self._alloc = self._alloc[keep]
         self._special = self._special[keep]
         self._used = self._used[keep]
+        self._table = None
         self._bump()
 
     def _usage_of(self, node: str) -> Resources:
@@ -276,8 +298,10 @@ class ClusterCache:
                 target = self._placement.get(pod.uid, "")
         else:
             self._reserved.pop(pod.uid, None)
+        placed_before = pod.uid in self._placement
         self._move(pod.uid, old.requests if old else None, pod.requests, target)
-        self._bump()
+        # A pending pod coming or changing leaves node usage alone: keep the node view.
+        self._bump(nodes=placed_before or bool(target))
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
@@ -285,8 +309,9 @@ class ClusterCache:
         self._assumed.pop(uid, None)
         self._reserved.pop(uid, None)
         if old is not None:
+            placed_before = uid in self._placement
             self._move(uid, old.requests, old.requests, "")
-            self._bump()
+            self._bump(nodes=placed_before)
         self._queue_key.pop(uid, None)
 
     def _move(self, uid: str, old_req: Resources | None, new_req: Resources, target: str) -> None:
@@ -452,13 +477,10 @@ class ClusterCache:
         with self._lock:
             self._expire()
             if self._view is None:
+                if self._table is None:
+                    self._table = NodeTable(self._nodes, self._index, self._alloc, self._special)
                 self._backfill_view = NodeView(
-                    generation=self._generation,
-                    nodes=tuple(self._nodes),
-                    index=MappingProxyType(self._index),
-                    allocatable=self._alloc,
-                    used=self._used.copy(),
-                    special=self._special,
+                    generation=self._generation, table=self._table, used=self._used.copy()
                 )
                 self._view = self._backfill_view
                 if self._holds:
@@ -543,9 +565,11 @@ class ClusterCache:
         """Set by the source that fills the cache once its initial load is complete."""
         self._synced = synced
 
-    def _bump(self) -> None:
+    def _bump(self, *, nodes: bool = True) -> None:
+        """Something changed: a new generation; ``nodes``: node usage or nodes changed too."""
         self._generation += 1
-        self._view = None
+        if nodes:
+            self._view = None
         self._snapshot = None
 
 

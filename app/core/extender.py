@@ -13,6 +13,9 @@ preempt vetoes every candidate for a gang member, and never offers part of a gan
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
 
 from app.core import preempt
 from app.core.binding import Binder, BindOutcome
@@ -23,7 +26,7 @@ from app.core.gateway import Gateway
 from app.core.model import Node, Pod
 from app.core.planner import Planner
 from app.core.podgroup import gang_spec
-from app.core.prioritize import MAX_SCORE, STRATEGIES, prioritize
+from app.core.prioritize import MAX_SCORE, STRATEGIES, Ranking, rank
 
 
 class Extender:
@@ -82,19 +85,19 @@ class Extender:
 
     def prioritize(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
-    ) -> list[tuple[str, int]]:
-        """``(node, score 0-10)`` for every candidate; a gang member's planned node scores 10."""
+    ) -> Ranking:
+        """A 0-10 score for every candidate; a gang member's planned node scores 10."""
         pod, names = self._candidates(pod, names, nodes)
-        scores = prioritize(self.cache.view(), pod, names, self.strategy)
+        ranking = rank(self.cache.view(), pod, names, self.strategy)
         spec = gang_spec(pod)
         plan = self.planner.plan(spec.key) if spec else None
         planned = plan.node_of(pod.uid) if plan else None
         if planned:
-            scores = [
-                MAX_SCORE if n == planned else min(s, MAX_SCORE - 1)
-                for n, s in zip(names, scores, strict=True)
-            ]
-        return list(zip(names, scores, strict=True))
+            row = ranking.table.index.get(planned, -2)
+            capped = np.minimum(ranking.scores, MAX_SCORE - 1)
+            scores = np.where(ranking.rows == row, MAX_SCORE, capped)
+            ranking = replace(ranking, scores=scores)
+        return ranking
 
     def preempt(
         self,

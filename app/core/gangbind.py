@@ -172,6 +172,8 @@ class GangBinder:
         if admission.outcome is not None:
             return admission.outcome
         if admission.kind == "now":
+            if not getattr(self._gateway, "blocking", True):
+                return self.bind_one(request)  # in-memory: no I/O, no thread hop
             return await asyncio.to_thread(self.bind_one, request)
         future: asyncio.Future[BindOutcome] = asyncio.get_running_loop().create_future()
         replaced = self._futures.pop(uid, None)

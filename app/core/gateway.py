@@ -54,6 +54,9 @@ class InMemoryGateway:
     once, so tests can script API failures.
     """
 
+    #: Actions return at once (no I/O): callers need not move them off the event loop.
+    blocking = False
+
     def __init__(self, cache: ClusterCache) -> None:
         self._cache = cache
         self._lock = threading.Lock()

@@ -13,15 +13,17 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from app.core.actions.allocate import allocate, why_unplaced
+from app.core.actions.allocate import Allocation, allocate, why_unplaced
 from app.core.actions.backfill import Reservation, may_backfill, reserve_for
 from app.core.cache import ClusterCache, NodeView, Snapshot
 from app.core.model import Pod
@@ -64,10 +66,51 @@ class Verdict:
     reason: str = ""
 
 
-def gangs_of(snapshot: Snapshot) -> dict[str, Gang]:
-    """Every gang in the snapshot (only gang members are looked at)."""
+#: Per gang key: its member pods and their bound state when the gang was built, and the gang.
+GangMemo = dict[str, tuple[list[Pod], tuple[bool, ...], "Gang | None"]]
+
+
+def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang]:
+    """Every gang in the snapshot (only gang members are looked at).
+
+    With ``memo`` (kept by the caller from one call to the next), a gang whose members are the
+    very same pod objects, bound or not as before, is copied from the last call instead of
+    rebuilt: pods are immutable, so it would come out the same. A cycle then costs one pass
+    over member uids rather than re-reading every member's labels.
+    """
     pods = snapshot.pods
-    return collect_gangs((pods[uid] for uid in snapshot.gang_members), snapshot.holds_node)
+    if memo is None:
+        return collect_gangs((pods[uid] for uid in snapshot.gang_members), snapshot.holds_node)
+    groups: dict[str, list[Pod]] = {}
+    for uid, key in snapshot.gang_members.items():
+        groups.setdefault(key, []).append(pods[uid])
+    holds = snapshot.holds_node
+    fresh: GangMemo = {}
+    gangs: dict[str, Gang] = {}
+    for key, members in groups.items():
+        state = tuple(map(holds, members))
+        old = memo.get(key)
+        if (
+            old is not None
+            and old[1] == state
+            and len(old[0]) == len(members)
+            and all(map(operator.is_, old[0], members))
+        ):
+            gang = old[2]
+        else:
+            gang = collect_gangs(members, holds).get(key)
+        fresh[key] = (members, state, gang)
+        if gang is not None:
+            gangs[key] = replace(gang)  # a copy: the cycle may set ``problem``
+    memo.clear()
+    memo.update(fresh)
+    return gangs
+
+
+def _signature(pod: Pod) -> tuple[object, ...]:
+    """What ``allocate`` looks at in a member: requests and node constraints."""
+    return (pod.requests, tuple(sorted(pod.node_selector.items())), pod.tolerations,
+            pod.required_affinity)  # fmt: skip
 
 
 class Planner:
@@ -99,6 +142,12 @@ class Planner:
         self._reasons: dict[str, str] = {}
         self._last_generation = -1
         self.cycles = 0
+        # Memos that keep a cycle's cost proportional to what changed (see ``gangs_of``,
+        # ``_pod_queue`` and ``_allocate``).
+        self._gang_memo: GangMemo = {}
+        self._queue_memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
+        self._failed_view: NodeView | None = None
+        self._failed: dict[frozenset[tuple[tuple[object, ...], int]], list[tuple[object, ...]]] = {}
 
     # -- queries -------------------------------------------------------------------------
 
@@ -219,7 +268,10 @@ class Planner:
                 return []
             self.cycles += 1
             snapshot = self._cache.snapshot()
-            gangs = gangs_of(snapshot)
+            gangs = gangs_of(snapshot, self._gang_memo)
+            if len(self._queue_memo) > 2 * len(snapshot.gang_members) + 1024:
+                members = snapshot.gang_members
+                self._queue_memo = {u: m for u, m in self._queue_memo.items() if u in members}
             self._tidy(snapshot, gangs, now)
             config = self._queues.config
             usage = measure(
@@ -257,12 +309,44 @@ class Planner:
             return planned
 
     def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
-        names = {queue_name(p, config, self._scheduler_name) or "" for p in gang.members}
+        names = {self._pod_queue(p, config) for p in gang.members}
         if len(names) > 1:
             gang.problem = (
                 gang.problem or f"members name different queues ({', '.join(sorted(names))})"
             )
         return min(names) or config.default_queue
+
+    def _pod_queue(self, pod: Pod, config: QueueConfig) -> str:
+        """``queue_name`` of ``pod`` (``""`` for none), remembered per pod object and config."""
+        hit = self._queue_memo.get(pod.uid)
+        if hit is None or hit[0] is not pod or hit[1] is not config:
+            name = queue_name(pod, config, self._scheduler_name) or ""
+            hit = self._queue_memo[pod.uid] = (pod, config, name)
+        return hit[2]
+
+    def _allocate(self, view: NodeView, members: Sequence[Pod]) -> Allocation:
+        """``allocate`` for a gang's core, remembering failures on ``view``.
+
+        Placement depends only on the view and the members' signatures, so a gang shaped like
+        one that just failed on the same view fails the same way (the usual queue of identical
+        jobs behind a full cluster): its answer is rebuilt without placing it again.
+        """
+        if view is not self._failed_view:
+            self._failed_view, self._failed = view, {}
+        signatures = [_signature(p) for p in members]
+        shape = frozenset(Counter(signatures).items())
+        unplaced = self._failed.get(shape)
+        if unplaced is not None:
+            pool = list(zip(signatures, members, strict=True))
+            out = []
+            for wanted in unplaced:
+                i = next(i for i, (sig, _) in enumerate(pool) if sig == wanted)
+                out.append(pool.pop(i)[1])
+            return Allocation(unplaced=out)
+        allocation = allocate(view, members, strategy=self._strategy)
+        if not allocation.complete:
+            self._failed[shape] = [_signature(p) for p in allocation.unplaced]
+        return allocation
 
     def _tidy(self, snapshot: Snapshot, gangs: dict[str, Gang], now: float) -> None:
         """Drop plans whose gang is gone, done, or late; forget stale reasons."""
@@ -305,7 +389,7 @@ class Planner:
             self._reasons[gang.key] = blocked
             return False
         view = self._view_for(gang.key, core)
-        allocation = allocate(view, core, strategy=self._strategy)
+        allocation = self._allocate(view, core)
         if not allocation.complete:
             reason = why_unplaced(view, allocation, gang.min_member)
             if self._head is None:

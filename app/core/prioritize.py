@@ -6,12 +6,14 @@ winner), so kube-scheduler can still weigh its own plugins against Muster's rank
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.core.cache import NodeView
 from app.core.model import Pod, Resources
+from app.core.nodetable import NodeTable
 from app.core.policies import binpack, spread
 
 Scorer = Callable[[NodeView, np.ndarray, Resources], np.ndarray]
@@ -19,18 +21,39 @@ STRATEGIES: dict[str, Scorer] = {"binpack": binpack.score, "spread": spread.scor
 MAX_SCORE = 10
 
 
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Scores for candidate ``names`` (in request order); ``rows`` are their rows in
+    ``table`` (``-1``: unknown node, score 0)."""
+
+    names: list[str]
+    rows: np.ndarray
+    scores: np.ndarray
+    table: NodeTable
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """``(node, score)`` pairs."""
+        return list(zip(self.names, self.scores.tolist(), strict=True))
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self.pairs())
+
+
+def rank(view: NodeView, pod: Pod, names: Sequence[str], strategy: str = "binpack") -> Ranking:
+    """Score every candidate 0-10 with ``strategy``; unknown nodes score 0."""
+    scorer = STRATEGIES[strategy]
+    names = list(names)
+    rows = view.table.rows(names)
+    if not names or not len(view.nodes):
+        return Ranking(names, rows, np.zeros(len(names), dtype=np.int64), view.table)
+    known = rows >= 0
+    scores = scorer(view, np.where(known, rows, 0), pod.requests)
+    scores = np.where(known, np.clip(scores, 0, MAX_SCORE), 0)
+    return Ranking(names, rows, scores, view.table)
+
+
 def prioritize(
     view: NodeView, pod: Pod, names: Sequence[str], strategy: str = "binpack"
 ) -> list[int]:
     """Scores for ``names`` in order; unknown nodes score 0."""
-    scorer = STRATEGIES[strategy]
-    if not names:
-        return []
-    get = view.index.get
-    rows = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
-    known = rows >= 0
-    if not len(view.nodes):
-        return [0] * len(names)
-    scores = scorer(view, np.where(known, rows, 0), pod.requests)
-    scores = np.where(known, np.clip(scores, 0, MAX_SCORE), 0)
-    return scores.tolist()
+    return rank(view, pod, names, strategy).scores.tolist()

@@ -113,8 +113,7 @@ def test_unknown_node_fails_only_that_node(client: httpx.Client) -> None:
     answer = client.post("/filter", content=body(Pod=POD, NodeNames=["h100-0", "nowhere"])).json()
     assert answer["NodeNames"] == ["h100-0"]
     assert answer["FailedAndUnresolvableNodes"] == {"nowhere": "unknown node"}
-    # mirrored for kube-scheduler <= 1.20, which ignores FailedAndUnresolvableNodes
-    assert answer["FailedNodes"] == {"nowhere": "unknown node"}
+    assert answer["FailedNodes"] == {}
 
 
 def test_bind_of_unknown_pod_is_a_bind_error(client: httpx.Client) -> None:

@@ -162,14 +162,35 @@ def test_unparsable_review_is_400_naming_the_problem(
 
 
 class Owners:
+    """An ``OwnerReader`` over a table; ``peek`` knows what was read before (like the cache)."""
+
     def __init__(self, objects: dict[str, dict[str, Any]]) -> None:
         self.objects = objects
         self.calls = 0
+        self.read: dict[str, Fetched] = {}
 
     def __call__(self, kind: WorkloadKind, namespace: str, name: str) -> Fetched:
         self.calls += 1
         obj = self.objects.get(name)
-        return Fetched(obj) if obj else Fetched(None, f'{kind.resource} "{name}" not found')
+        answer = Fetched(obj) if obj else Fetched(None, f'{kind.resource} "{name}" not found')
+        self.read[name] = answer
+        return answer
+
+    def peek(self, kind: WorkloadKind, namespace: str, name: str) -> Fetched | None:
+        return self.read.get(name)
+
+
+class Namespaces:
+    """A ``NamespaceReader``: namespace ``ml`` is managed, with a default queue."""
+
+    def __call__(self, name: str) -> NamespaceMeta:
+        return NamespaceMeta(
+            labels={"muster.io/managed": "true"} if name == "ml" else {},
+            annotations={"muster.io/default-queue": "team-ml"} if name == "ml" else {},
+        )
+
+    def peek(self, name: str) -> NamespaceMeta | None:
+        return self(name)
 
 
 def member(name: str, labels: dict[str, str]) -> Pod:
@@ -181,10 +202,7 @@ def cluster_like() -> Iterator[tuple[httpx.Client, Any]]:
     """A server whose services read owners and namespaces from fakes, as in cluster mode."""
     services = build_services(Settings(demo=True))
     services.owners = Owners({"train": job_obj("train", parallelism=3)})
-    services.namespaces = lambda name: NamespaceMeta(
-        labels={"muster.io/managed": "true"} if name == "ml" else {},
-        annotations={"muster.io/default-queue": "team-ml"} if name == "ml" else {},
-    )
+    services.namespaces = Namespaces()
     with running(create_app(services=services)) as c:
         yield c, services
 
@@ -200,6 +218,11 @@ def test_mutate_reads_owner_and_namespace(cluster_like: tuple[httpx.Client, Any]
     assert apply_patch(cpu_pod, decoded_patch(response))["spec"]["schedulerName"] == "muster"
     other = pod(namespace="web", labels={"app": "web"})
     assert answer(post(client, "/mutate", review(other, uid=UID))) == {"uid": UID, "allowed": True}
+    # The Job was read once (in a worker thread); the next pods of the gang use the cache.
+    response = answer(post(client, "/mutate", review(job_pod("train"), uid=UID)))
+    assert apply_patch(job_pod("train"), decoded_patch(response))["metadata"]["labels"][
+        "muster.io/min-member"
+    ] == "3"
     assert services.owners.calls == 1
 
 
@@ -293,3 +316,30 @@ def test_never_a_500(client: httpx.Client, path: str, place: tuple[str, ...], va
     target[place[-1]] = value
     response = post(client, path, body)
     assert response.status_code in (200, 400), response.text
+
+
+class Broken:
+    """A reader with a bug."""
+
+    def __call__(self, *args: Any) -> Fetched:
+        raise RuntimeError("bug")
+
+    def peek(self, *args: Any) -> Fetched | None:
+        raise RuntimeError("bug")
+
+
+def test_a_bug_admits_the_pod_unmodified_with_a_warning(
+    cluster_like: tuple[httpx.Client, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, services = cluster_like
+    services.owners = Broken()
+    response = answer(post(client, "/mutate", review(job_pod("train"), uid=UID)))
+    assert response == {
+        "uid": UID,
+        "allowed": True,
+        "warnings": [
+            "muster: internal error in the webhook (see Muster's log); the pod is admitted "
+            "unmodified"
+        ],
+    }
+    assert "mutating webhook failed" in caplog.text

@@ -59,7 +59,7 @@ class Cluster:
         if not result.feasible:
             reasons = sorted(set(result.failed.values()) | set(result.unresolvable.values()))
             return Attempt(pod, reason="; ".join(reasons))
-        scores = self.extender.prioritize(pod, result.feasible)
+        scores = self.extender.prioritize(pod, result.feasible).pairs()
         node = max(scores, key=lambda s: s[1])[0]
         task = asyncio.get_running_loop().create_task(
             self.extender.bind(pod.namespace, pod.name, pod.uid, node)

@@ -385,6 +385,13 @@ CASES = [
         skipped="namespace sched",
     ),
     Case(
+        "namespace opted out",
+        pod(gpu=1, labels={G: "g"}),
+        None,
+        ns=NamespaceMeta(labels={"muster.io/managed": "false"}),
+        skipped="namespace ml is labelled muster.io/managed=false",
+    ),
+    Case(
         "pod opted out",
         pod(gpu=1, labels={"muster.io/managed": "false"}),
         None,
@@ -762,7 +769,7 @@ VCASES = [
 @pytest.mark.parametrize("case", VCASES, ids=lambda c: c.name)
 def test_validate(case: VCase) -> None:
     request = review(case.pod)["request"]
-    verdict = validate(request["object"], request["namespace"], case.members, CONFIG)
+    verdict = validate(request["object"], request["namespace"], lambda ns, g: case.members, CONFIG)
     assert verdict.allowed == (not case.rejected), verdict.message
     assert case.rejected in verdict.message
 

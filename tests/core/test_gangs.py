@@ -67,7 +67,7 @@ def test_filter_offers_only_the_planned_node_and_reasons_elsewhere() -> None:
         intruder = pod("intruder", gpu=8)
         planned_node = plan.members[gang[0].uid]
         assert planned_node in cluster.extender.filter(intruder, [planned_node]).failed
-        scores = dict(cluster.extender.prioritize(gang[0], cluster.names))
+        scores = dict(cluster.extender.prioritize(gang[0], cluster.names).pairs())
         assert scores[planned_node] == 10 and scores[other] <= 9
 
     run(scenario())

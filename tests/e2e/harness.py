@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -149,7 +150,9 @@ def muster_cluster(
         cp.start()
         api = cp.api_client()
         core = kubernetes.client.CoreV1Api(api)
-        app = create_app(settings or Settings(mode="cluster"), api_client=cp.api_client())
+        # kube-scheduler 1.20 ignores FailedAndUnresolvableNodes: mirror reasons into FailedNodes.
+        settings = replace(settings or Settings(mode="cluster"), mirror_unresolvable=True)
+        app = create_app(settings, api_client=cp.api_client())
         with running(app) as muster:
             wait_for(lambda: muster.get("/readyz").status_code == 200, 30, "Muster to sync")
             cp.start_scheduler(SCHEDULER_CONFIG.replace("MUSTER_URL", str(muster.base_url) + "/"))

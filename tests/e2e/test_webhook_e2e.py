@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -50,8 +51,12 @@ JOBSET_CRD = {
     "spec": {
         "group": "jobset.x-k8s.io",
         "scope": "Namespaced",
-        "names": {"plural": "jobsets", "singular": "jobset", "kind": "JobSet",
-                  "listKind": "JobSetList"},  # fmt: skip
+        "names": {
+            "plural": "jobsets",
+            "singular": "jobset",
+            "kind": "JobSet",
+            "listKind": "JobSetList",
+        },  # fmt: skip
         "versions": [
             {
                 "name": "v1alpha2",
@@ -113,9 +118,10 @@ def cluster() -> Iterator[Cluster]:
         ca = certs.make_ca()
         certs.write(workdir, ca, certs.issue(ca, ["localhost"], [LOOPBACK]))
         app = create_app(Settings(mode="cluster"), api_client=cp.api_client())
-        with serving(app, workdir / "tls.crt", workdir / "tls.key") as served, httpx.Client(
-            base_url=served.http_url, timeout=10
-        ) as http:
+        with (
+            serving(app, workdir / "tls.crt", workdir / "tls.key") as served,
+            httpx.Client(base_url=served.http_url, timeout=10) as http,
+        ):
             wait_for(lambda: http.get("/readyz").status_code == 200, 30, "Muster to sync")
             admission = kubernetes.client.AdmissionregistrationV1Api(api)
             mutating, validating = _webhook_configs(served.https_port)
@@ -163,10 +169,17 @@ def create(core: kubernetes.client.CoreV1Api, obj: dict[str, Any]) -> tuple[dict
     warnings the API server relayed (``Warning: 299 - "..."`` headers)."""
     ns = obj["metadata"]["namespace"]
     response = core.create_namespaced_pod(ns, obj, _preload_content=False)
-    warnings = response.headers.getlist("Warning")
+    warnings = [_warning_text(h) for h in response.headers.getlist("Warning")]
     name = json.loads(response.data)["metadata"]["name"]
     stored = core.read_namespaced_pod(name, ns, _preload_content=False)
     return json.loads(stored.data), warnings
+
+
+def _warning_text(header: str) -> str:
+    """The text of an RFC 7234 warning header as kube-apiserver sends it: ``299 - "text"``."""
+    match = re.fullmatch(r'299 - "((?:[^"\\]|\\.)*)"', header)
+    assert match, header
+    return re.sub(r"\\(.)", r"\1", match.group(1))
 
 
 def muster_labels(stored: dict[str, Any]) -> dict[str, str]:
@@ -227,8 +240,17 @@ def test_pod_of_a_kind_whose_crd_is_absent_is_admitted_with_a_warning(cluster: C
     assert stored["spec"]["schedulerName"] == "muster"
     assert G not in (stored["metadata"].get("labels") or {})
     assert len(warnings) == 1, warnings
-    assert "cannot size RayCluster ray/rc (the API server does not serve rayclusters.ray.io/v1" in (
-        warnings[0]
+    assert (
+        "cannot size RayCluster ray/rc (the API server does not serve rayclusters.ray.io/v1"
+        in (warnings[0])
+    )
+    # An owner that does not exist: the API server's NotFound, in the warning.
+    orphan = pod(namespace=ns, generate_name="orphan-", gpu=1)
+    stored, warnings = create(core, owned_by(orphan, "batch/v1", "Job", "ghost", "ghost-uid"))
+    assert stored["spec"]["schedulerName"] == "muster"
+    assert (
+        len(warnings) == 1
+        and 'cannot size Job ray/ghost (jobs.batch "ghost" not found)' in (warnings[0])
     )
 
 
@@ -277,10 +299,9 @@ def test_validate_rejects_contradicting_gang_labels(cluster: Cluster) -> None:
     with pytest.raises(ApiException) as exc:
         create(core, pod(namespace=ns, name="a-2", gpu=1, labels={G: "g", M: "3"}))
     assert exc.value.status == 403
-    assert 'admission webhook "validate.muster.io" denied the request' in exc.value.body
-    assert "this pod says min-member 3 but the gang's live members disagree (2 say 2)" in (
-        exc.value.body
-    )
+    message = json.loads(exc.value.body)["message"]
+    assert message.startswith('admission webhook "validate.muster.io" denied the request: ')
+    assert "this pod says min-member 3 but the gang's live members disagree (2 say 2)" in message
     stored, _ = create(core, pod(namespace=ns, name="a-3", gpu=1, labels={G: "g", M: "2"}))
     assert muster_labels(stored) == {G: "g", M: "2"}
 

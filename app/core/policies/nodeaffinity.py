@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from app.core.model import Node, Pod, Requirement, SelectorTerm
+from app.core.nodetable import NodeTable
 
 
 def _int(text: str) -> int | None:
@@ -49,3 +52,45 @@ def check(node: Node, pod: Pod) -> str | None:
     if terms is not None and not any(_term_matches(term, node) for term in terms):
         return "required node affinity not matched"
     return None
+
+
+def _vector(requirement: Requirement, values: np.ndarray) -> np.ndarray:
+    """``_matches`` over an object array of label values (``None`` = absent)."""
+    op = requirement.operator
+    present = np.not_equal(values, None)
+    if op == "In":
+        return present & np.isin(values, list(requirement.values))
+    if op == "NotIn":
+        return ~present | ~np.isin(values, list(requirement.values))
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return ~present
+    return np.fromiter((_matches(requirement, v) for v in values), dtype=bool, count=len(values))
+
+
+def _term_vector(term: SelectorTerm, table: NodeTable, rows: np.ndarray) -> np.ndarray:
+    if not term.match_expressions and not term.match_fields:
+        return np.zeros(len(rows), dtype=bool)
+    ok = np.ones(len(rows), dtype=bool)
+    for r in term.match_expressions:
+        ok &= _vector(r, table.column(r.key)[rows])
+    for r in term.match_fields:
+        values = table.names[rows] if r.key == "metadata.name" else np.full(len(rows), None)
+        ok &= _vector(r, values)
+    return ok
+
+
+def reasons(table: NodeTable, pod: Pod, rows: np.ndarray) -> np.ndarray:
+    """``check`` for every row in ``rows`` at once: an object array of reasons (``None``: ok)."""
+    out = np.full(len(rows), None, dtype=object)
+    for key, wanted in pod.node_selector.items():
+        bad = (table.column(key)[rows] != wanted) & np.equal(out, None)
+        out[bad] = f"nodeSelector {key}={wanted} not matched"
+    terms = pod.required_affinity
+    if terms is not None:
+        ok = np.zeros(len(rows), dtype=bool)
+        for term in terms:
+            ok |= _term_vector(term, table, rows)
+        out[~ok & np.equal(out, None)] = "required node affinity not matched"
+    return out

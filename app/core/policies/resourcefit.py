@@ -1,31 +1,35 @@
-"""Resource fit: GPUs, cpu, memory and pod slots left on each node, vectorised over nodes."""
+"""Resource fit: GPUs, cpu, memory and pod slots, judged for many nodes at once.
+
+Reasons are formatted from rows where resources that are not short hold ``PLENTY``, so that
+nodes in the same situation share one (cached) text.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.core.cache import NodeView, shortfall
+from app.core.cache import shortfall
 from app.core.model import RESOURCE_NAMES, Resources
 from app.core.quantity import format_milli
 
-
-def fits(view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
-    """Boolean per entry of ``rows`` (node indices): do ``requests`` fit in what is free?"""
-    need = np.asarray(requests, dtype=np.int64)
-    return ((view.allocatable[rows] - view.used[rows]) >= need).all(axis=1)
+#: Stands in for a resource that is not short, so rows group by what is short only.
+PLENTY = 2**62
 
 
-def never_fits(view: NodeView, row: int, requests: Resources) -> str | None:
-    """Why ``requests`` exceed node ``row``'s whole allocatable (preemption cannot help)."""
-    alloc = view.allocatable[row]
-    parts = [
+def short_only(amounts: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """``amounts`` with every entry that covers ``need`` replaced by ``PLENTY``."""
+    return np.where(amounts < need, amounts, PLENTY)
+
+
+def too_big(requests: Resources, alloc: np.ndarray) -> str:
+    """Why a node's whole allocatable cannot hold ``requests`` (preemption cannot help)."""
+    return "; ".join(
         f"needs {format_milli(name, need)} {name}, node has {format_milli(name, int(have))}"
         for name, need, have in zip(RESOURCE_NAMES, requests, alloc, strict=True)
         if need > have
-    ]
-    return "; ".join(parts) or None
+    )
 
 
-def reason(view: NodeView, row: int, requests: Resources) -> str:
-    """Why ``requests`` do not fit node ``row`` now: ``"needs 4 nvidia.com/gpu, 2 free"``."""
-    return shortfall(requests, view.allocatable[row] - view.used[row])
+def lacking(requests: Resources, free: np.ndarray) -> str:
+    """Why ``requests`` do not fit in ``free`` now: ``"needs 4 nvidia.com/gpu, 2 free"``."""
+    return shortfall(requests, free)
