@@ -1,0 +1,139 @@
+"""What could give way: running work cut into units that are evicted whole.
+
+A unit is either a whole running gang (every member holding a node), one elastic member of a
+running gang beyond its min-member (those give way first), or a pod running on its own. Units
+younger than their min-runtime (``muster.io/min-runtime``, else a configured default) are
+protected and never offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from app.core import labels
+from app.core.actions.allocate import Allocation, allocate
+from app.core.cache import Snapshot
+from app.core.model import Pod
+from app.core.podgroup import Gang
+from app.core.runtime import parse_duration
+
+MIN_RUNTIME = "muster.io/min-runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Pods that are evicted together. ``key`` names the gang (or ``pod:ns/name``)."""
+
+    key: str
+    queue: str | None
+    pods: tuple[Pod, ...]
+    priority: int
+    elastic: bool
+    started: float
+
+    @property
+    def gpus(self) -> int:
+        """Milli-GPUs the unit holds."""
+        return sum(p.requests.gpu for p in self.pods)
+
+    def work_lost(self, now: float) -> float:
+        """Pod-seconds of running time an eviction would throw away."""
+        return max(now - self.started, 0.0) * len(self.pods)
+
+
+def _min_runtime(pods: Iterable[Pod], default: float) -> float:
+    values = [labels.lookup(MIN_RUNTIME, p.labels, p.annotations) for p in pods]
+    parsed = [parse_duration(v) for v in values if v]
+    return max([p for p in parsed if p is not None], default=default)
+
+
+def running_units(
+    snapshot: Snapshot,
+    gangs: dict[str, Gang],
+    queue_of: Callable[[Pod], str | None],
+    *,
+    now: float,
+    min_runtime: float,
+) -> list[Unit]:
+    """Every unprotected unit of running work that Muster manages (pods with a queue)."""
+    units: list[Unit] = []
+    started = {uid: snapshot.bound_at.get(uid, now) for uid in snapshot.placement}
+
+    def start_of(pod: Pod) -> float:
+        return pod.started or started.get(pod.uid, now)
+
+    in_gangs: set[str] = set()
+    for gang in gangs.values():
+        bound = [p for p in gang.bound if p.node_name or snapshot.holds_node(p)]
+        in_gangs.update(p.uid for p in gang.members)
+        if not bound:
+            continue
+        queue = queue_of(bound[0])
+        if queue is None:
+            continue
+        first = min(start_of(p) for p in bound)
+        if now - first < _min_runtime(bound, min_runtime):
+            continue  # protected while young
+        extras = sorted(bound, key=start_of, reverse=True)[: max(len(bound) - gang.min_member, 0)]
+        for pod in extras:
+            units.append(Unit(gang.key, queue, (pod,), gang.priority, True, start_of(pod)))
+        units.append(Unit(gang.key, queue, tuple(bound), gang.priority, False, first))
+    for uid, pod in snapshot.pods.items():
+        if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
+            continue
+        queue = queue_of(pod)
+        if queue is None or now - start_of(pod) < _min_runtime([pod], min_runtime):
+            continue
+        units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
+    return units
+
+
+def freed(snapshot: Snapshot, units: Iterable[Unit]) -> np.ndarray:
+    """``used`` of ``snapshot.view`` with every pod of ``units`` gone."""
+    view = snapshot.view
+    used = view.used.copy()
+    seen: set[str] = set()
+    for unit in units:
+        for pod in unit.pods:
+            node = snapshot.placement.get(pod.uid)
+            row = view.index.get(node) if node else None
+            if row is None or pod.uid in seen:
+                continue
+            seen.add(pod.uid)
+            used[row] -= np.asarray(pod.requests, dtype=np.int64)
+    return used
+
+
+def cheapest_set(
+    snapshot: Snapshot,
+    members: Sequence[Pod],
+    candidates: Sequence[Unit],
+    *,
+    strategy: str = "binpack",
+) -> tuple[list[Unit], Allocation] | None:
+    """The shortest prefix of ``candidates`` (cheapest first) whose eviction lets ``members``
+    fit, with every unit that turns out unnecessary dropped again; ``None`` if even evicting
+    all of them would not make room (then nothing should be evicted at all)."""
+
+    def attempt(units: Sequence[Unit]) -> Allocation:
+        view = replace(snapshot.view, used=freed(snapshot, units))
+        return allocate(view, members, strategy=strategy)
+
+    if not candidates or not attempt(candidates).complete:
+        return None
+    low, high = 1, len(candidates)
+    while low < high:
+        mid = (low + high) // 2
+        if attempt(candidates[:mid]).complete:
+            high = mid
+        else:
+            low = mid + 1
+    chosen = list(candidates[:low])
+    for unit in reversed(candidates[:low]):  # most expensive first
+        trial = [u for u in chosen if u is not unit]
+        if trial and attempt(trial).complete:
+            chosen = trial
+    return chosen, attempt(chosen)
