@@ -88,6 +88,13 @@ def certs(args: argparse.Namespace) -> int:
     return command(args)
 
 
+def simulate(args: argparse.Namespace) -> int:
+    """Simulate gang workloads through a model of kube-scheduler (see ``app.sim``)."""
+    from app.sim.command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="muster", description="Muster scheduler extender")
@@ -144,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(c)
     c.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     c.set_defaults(func=certs)
+    m = sub.add_parser("simulate", help="simulate gang workloads: Muster vs plain kube-scheduler")
+    from app.sim.command import add_arguments as add_simulate_arguments
+
+    add_simulate_arguments(m)
+    m.set_defaults(func=simulate)
     return parser
 
 

@@ -3,11 +3,15 @@
 The API server calls the webhook over HTTPS only. Its certificate is a Secret mounted into the
 pod, renewed by cert-manager or replaced by a new ``muster certs`` run; kubelet then swaps the
 files (a symlink flip). ``CertReloader`` notices that (modification time, size or inode of
-either file) and loads the pair again *into the same* ``ssl.SSLContext``: new handshakes use the
-new certificate at once, connections already open keep the old one, nothing restarts.
+either file) and builds a new ``ssl.SSLContext`` from them. The listening context never changes:
+its SNI callback, which OpenSSL runs on every handshake (with or without SNI), hands each new
+connection the current context. New handshakes use the new certificate at once, connections
+already open keep the old one, nothing restarts.
 
-A pair caught half-written (the new certificate with the old key) fails to load: the previous
-certificate stays in force and the reload is retried at the next check.
+A pair caught half-written (the new certificate with the old key) does not load: the previous
+context stays in force and the reload is retried at the next check. (Reloading *into* the live
+context would not do: OpenSSL installs the new certificate before it finds the key mismatch,
+and the context is left serving a certificate it has no key for.)
 """
 
 from __future__ import annotations
@@ -53,42 +57,47 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 class CertReloader:
-    """Reloads ``certfile``/``keyfile`` into ``context`` when they change on disk.
+    """Serves ``certfile``/``keyfile`` and switches to new ones when they change on disk.
 
-    Call ``check()`` (from the thread that runs the server's event loop) or run ``watch()`` as a
-    task. ``reloads`` counts successful reloads; ``last_error`` holds the latest failure.
+    ``context`` is the listening context (give it to the server); ``current`` the context new
+    handshakes get. Call ``check()`` from the thread that runs the server's event loop, or run
+    ``watch()`` there as a task. ``reloads`` counts reloads; ``last_error`` is the latest
+    failure (``""`` after a good load). Raises ``MusterError`` if the files do not load at first.
     """
 
     def __init__(
-        self,
-        context: ssl.SSLContext,
-        certfile: Path | str,
-        keyfile: Path | str,
-        interval: float = DEFAULT_INTERVAL,
+        self, certfile: Path | str, keyfile: Path | str, interval: float = DEFAULT_INTERVAL
     ) -> None:
-        self.context = context
         self.certfile = Path(certfile)
         self.keyfile = Path(keyfile)
         self.interval = interval
         self.reloads = 0
         self.last_error = ""
         self._seen = self._stamps()
+        self.current = server_context(self.certfile, self.keyfile)
+        self.context = server_context(self.certfile, self.keyfile)
+        self.context.sni_callback = self._select
+
+    def _select(self, connection: ssl.SSLObject | ssl.SSLSocket, name: str | None,
+                context: ssl.SSLContext) -> None:  # fmt: skip
+        connection.context = self.current
 
     def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
         return (_stamp(self.certfile), _stamp(self.keyfile))
 
     def check(self) -> bool:
-        """Reload the pair if either file changed since the last load; return whether it did."""
+        """Switch to the files' pair if either changed since it was loaded; return if it did."""
         stamps = self._stamps()
         if stamps == self._seen or None in stamps:
             return False
         try:
-            load_pair(self.context, self.certfile, self.keyfile)
+            context = server_context(self.certfile, self.keyfile)
         except MusterError as exc:
             if str(exc) != self.last_error:
                 log.warning("%s; keeping the previous certificate", exc)
             self.last_error = str(exc)
             return False
+        self.current = context
         self._seen = stamps
         self.reloads += 1
         self.last_error = ""

@@ -19,6 +19,10 @@ REFLECT2_SRC="/usr/share/gocode/src/github.com/modern-go/reflect2"
 APT_SOURCES="/etc/apt/sources.list.d/debian.sources"
 PACKAGES=(etcd-server golang-1.19-go golang-github-modern-go-reflect2-dev rsync jq dpkg-dev
     openssl make)
+# kubectl (Debian's kubernetes-client, 1.20.2, with kustomize built in) renders and dry-runs
+# deploy/. Any kubectl already on PATH will do; installing Debian's over another package's
+# /usr/bin/kubectl would fail.
+command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
 GO_BIN="/usr/lib/go-1.19/bin"
 
 log() { printf '[provision-k8s %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -30,7 +34,7 @@ binaries_ready() {
         "$BIN_DIR/kube-scheduler" --version >/dev/null 2>&1
 }
 
-if binaries_ready && command -v etcd >/dev/null 2>&1; then
+if binaries_ready && command -v etcd >/dev/null 2>&1 && command -v kubectl >/dev/null 2>&1; then
     echo "$BIN_DIR"
     exit 0
 fi
@@ -137,13 +141,15 @@ if ! binaries_ready; then
     build
     log "removing build tree and Go caches"
     remove_build_tree
-elif ! command -v etcd >/dev/null 2>&1; then
+elif ! command -v etcd >/dev/null 2>&1 || ! command -v kubectl >/dev/null 2>&1; then
     install_packages
 fi
 
 binaries_ready || { echo "kube binaries do not run after provisioning" >&2; exit 1; }
 command -v etcd >/dev/null 2>&1 || { echo "etcd not on PATH after provisioning" >&2; exit 1; }
+command -v kubectl >/dev/null 2>&1 || { echo "kubectl not on PATH after provisioning" >&2; exit 1; }
 log "kube-apiserver: $("$BIN_DIR/kube-apiserver" --version)"
 log "kube-scheduler: $("$BIN_DIR/kube-scheduler" --version)"
 log "etcd: $(etcd --version | head -n1)"
+log "kubectl: $(kubectl version --client 2>/dev/null | head -n1)"
 echo "$BIN_DIR"

@@ -145,6 +145,12 @@ class TTLCache(Generic[K, V]):
                     self._loading.pop(key, None)
                 event.set()
 
+    def peek(self, key: K) -> V | None:
+        """The cached value of ``key`` if fresh, else ``None`` (never loads)."""
+        with self._lock:
+            entry = self._fresh(key)
+        return None if entry is None else entry.value
+
     def _fresh(self, key: K) -> _Entry[V] | None:
         entry = self._entries.get(key)
         if entry is None:
@@ -214,6 +220,10 @@ class OwnerLister:
             (kind, namespace, name), lambda: self._load(kind, namespace, name), sum(self._timeout)
         )
 
+    def peek(self, kind: WorkloadKind, namespace: str, name: str) -> Fetched | None:
+        """The cached answer for the object, if any (never reads the API)."""
+        return self.cache.peek((kind, namespace, name))
+
     def _load(self, kind: WorkloadKind, namespace: str, name: str) -> tuple[Fetched, float]:
         what = f"{kind.kind} {namespace}/{name}"
         try:
@@ -271,6 +281,10 @@ class NamespaceLister:
     def __call__(self, name: str) -> NamespaceMeta:
         """Labels and annotations of namespace ``name`` (empty, with a problem, on failure)."""
         return self.cache.get(name, lambda: self._load(name), sum(self._timeout))
+
+    def peek(self, name: str) -> NamespaceMeta | None:
+        """The cached answer for namespace ``name``, if any (never reads the API)."""
+        return self.cache.peek(name)
 
     def _load(self, name: str) -> tuple[NamespaceMeta, float]:
         try:

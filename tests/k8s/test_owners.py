@@ -172,3 +172,19 @@ def test_listers_need_an_api_or_a_reader() -> None:
         OwnerLister()
     with pytest.raises(ValueError):
         NamespaceLister()
+
+
+def test_peek_answers_from_memory_only() -> None:
+    clock = Clock()
+    reader = FakeReader({"Job/ml/train": JOB_OBJ, "ns/ml": {"metadata": {"name": "ml"}}})
+    owners = OwnerLister(reader=reader, clock=clock)
+    namespaces = NamespaceLister(reader=reader, clock=clock)
+    assert owners.peek(JOB, "ml", "train") is None and namespaces.peek("ml") is None
+    assert reader.reads == []
+    owners(JOB, "ml", "train")
+    namespaces("ml")
+    assert owners.peek(JOB, "ml", "train") is owners(JOB, "ml", "train")
+    assert namespaces.peek("ml") is namespaces("ml")
+    clock.now += 60
+    assert owners.peek(JOB, "ml", "train") is None and namespaces.peek("ml") is None
+    assert len(reader.reads) == 2

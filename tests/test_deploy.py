@@ -1,0 +1,217 @@
+"""deploy/ agrees with the code and with itself: the pieces that must match are checked here.
+
+Rendering with kustomize and server-side dry-run against a real kube-apiserver happen in
+``tests/e2e/test_webhook_e2e.py``; these checks read the manifests directly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.core.queues import parse_queue_config
+from app.core.workloads import KINDS
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "muster-system"
+
+
+def documents(path: Path) -> Iterator[dict[str, Any]]:
+    yield from (d for d in yaml.safe_load_all(path.read_text()) if d)
+
+
+@pytest.fixture(scope="module")
+def objects() -> dict[tuple[str, str], dict[str, Any]]:
+    """Every object listed in deploy/kustomization.yaml, by (kind, name)."""
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in kustomization["resources"]:
+        for doc in documents(DEPLOY / name):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in found, f"{key} defined twice"
+            found[key] = doc
+    return found
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def test_every_resource_file_is_listed_and_namespaced_explicitly(objects: dict) -> None:
+    listed = set(yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"])
+    assert listed == {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}  # fmt: skip
+    for (kind, name), obj in objects.items():
+        if kind not in cluster_scoped:
+            assert obj["metadata"].get("namespace") in (NAMESPACE, "kube-system"), (kind, name)
+
+
+def test_scheduler_config_copy_is_identical() -> None:
+    copy = DEPLOY / "scheduler" / "muster-scheduler.yaml"
+    original = ROOT / "scheduler-config" / "muster-scheduler.yaml"
+    assert copy.read_bytes() == original.read_bytes(), (
+        "deploy/scheduler/muster-scheduler.yaml differs from scheduler-config/: "
+        "cp scheduler-config/muster-scheduler.yaml deploy/scheduler/"
+    )
+
+
+def test_scheduler_reaches_the_muster_service(objects: dict) -> None:
+    config = yaml.safe_load((DEPLOY / "scheduler" / "muster-scheduler.yaml").read_text())
+    (extender,) = config["extenders"]
+    match = re.fullmatch(r"http://([^.]+)\.([^.]+)\.svc:(\d+)/", extender["urlPrefix"])
+    assert match, extender["urlPrefix"]
+    service = objects[("Service", match.group(1))]
+    assert service["metadata"]["namespace"] == match.group(2)
+    ports = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
+    assert ports[int(match.group(3))] == "http-extender"
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http-extender", "https-webhook"]
+    muster = container(objects[("Deployment", "muster")])
+    named = {p["name"]: p["containerPort"] for p in muster["ports"]}
+    assert named == {"http-extender": 8888, "https-webhook": Settings().webhook_port}
+    assert f"--port={named['http-extender']}" in muster["args"]
+    assert f"--webhook-port={named['https-webhook']}" in muster["args"]
+    # Leader election: the Lease the Role allows is the one the configuration names.
+    election = config["leaderElection"]
+    role = objects[("Role", "muster-scheduler-leader-election")]
+    assert role["metadata"]["namespace"] == election["resourceNamespace"]
+    assert any(election["resourceName"] in r.get("resourceNames", []) for r in role["rules"])
+
+
+def test_scheduler_deployment_mounts_its_config(objects: dict) -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    (generator,) = kustomization["configMapGenerator"]
+    deployment = objects[("Deployment", "muster-scheduler")]
+    spec = deployment["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if "configMap" in v)
+    assert volume["configMap"]["name"] == generator["name"]
+    mount = next(m for m in container(deployment)["volumeMounts"] if m["name"] == volume["name"])
+    file_name = Path(generator["files"][0]).name
+    assert f"--config={mount['mountPath']}/{file_name}" in container(deployment)["command"]
+    assert spec["schedulerName"] == "default-scheduler"
+    assert spec["serviceAccountName"] == "muster-scheduler"
+    roles = {o["roleRef"]["name"] for (k, _), o in objects.items() if k == "ClusterRoleBinding"
+             and o["subjects"][0]["name"] == "muster-scheduler"}  # fmt: skip
+    assert roles == {"system:kube-scheduler", "system:volume-scheduler"}
+
+
+def test_muster_rbac_covers_what_the_code_does(objects: dict) -> None:
+    rules = objects[("ClusterRole", "muster")]["rules"]
+
+    def allowed(group: str, resource: str) -> set[str]:
+        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"]
+                for v in r["verbs"]}  # fmt: skip
+
+    assert {"list", "watch"} <= allowed("", "nodes")
+    assert {"list", "watch", "patch"} <= allowed("", "pods")
+    assert allowed("", "pods/binding") == {"create"}
+    assert allowed("", "pods/eviction") == {"create"}
+    assert "get" in allowed("", "namespaces")
+    assert "create" in allowed("", "events")
+    for kind in KINDS:  # every workload the webhook may read
+        assert "get" in allowed(kind.group, kind.plural), kind.resource
+    granted = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
+    core = {"nodes", "pods", "pods/binding", "pods/eviction", "namespaces", "events"}
+    expected = {("", r) for r in core} | {(k.group, k.plural) for k in KINDS}
+    assert granted == expected, "nothing beyond what Muster uses"
+    assert all("*" not in r["verbs"] for r in rules)
+
+
+@pytest.mark.parametrize(("kind", "path"), [
+    ("MutatingWebhookConfiguration", "/mutate"),
+    ("ValidatingWebhookConfiguration", "/validate"),
+])  # fmt: skip
+def test_webhook_configuration(objects: dict, kind: str, path: str) -> None:
+    (webhook,) = objects[(kind, "muster")]["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["timeoutSeconds"] == 2
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""],
+                                 "apiVersions": ["v1"], "resources": ["pods"],
+                                 "scope": "Namespaced"}]  # fmt: skip
+    if kind.startswith("Mutating"):
+        assert webhook["reinvocationPolicy"] == "IfNeeded"
+    service = webhook["clientConfig"]["service"]
+    assert (service["name"], service["namespace"], service["path"], service["port"]) == (
+        "muster",
+        NAMESPACE,
+        path,
+        Settings().webhook_port,
+    )
+    excluded = {e["key"]: e for e in webhook["namespaceSelector"]["matchExpressions"]}
+    by_name = excluded["kubernetes.io/metadata.name"]
+    assert by_name["operator"] == "NotIn"
+    assert set(by_name["values"]) == {"kube-system", Settings().muster_namespace}
+    assert excluded["muster.io/managed"] == {"key": "muster.io/managed", "operator": "NotIn",
+                                             "values": ["false"]}  # fmt: skip
+    # cert-manager injects from the Certificate deploy/cert-manager/ defines.
+    certificates = {d["metadata"]["name"]: d for d in documents(DEPLOY / "cert-manager" /
+                    "certificates.yaml") if d["kind"] == "Certificate"}  # fmt: skip
+    source = objects[(kind, "muster")]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, name = source.split("/")
+    assert certificates[name]["metadata"]["namespace"] == namespace
+
+
+def test_tls_secret_paths_and_certificate_agree(objects: dict) -> None:
+    deployment = objects[("Deployment", "muster")]
+    spec = deployment["spec"]["template"]["spec"]
+    (projected,) = [v for v in spec["volumes"] if "projected" in v]
+    mount = next(m for m in container(deployment)["volumeMounts"] if m["name"] == projected["name"])
+    paths: dict[str, str] = {}
+    secret_name = ""
+    for source in projected["projected"]["sources"]:
+        ((kind, ref),) = source.items()
+        secret_name = ref["name"] if kind == "secret" else secret_name
+        for item in ref["items"]:
+            paths[item["key"]] = f"{mount['mountPath']}/{item['path']}"
+    args = container(deployment)["args"]
+    assert f"--tls-cert={paths['tls.crt']}" in args
+    assert f"--tls-key={paths['tls.key']}" in args
+    assert f"--queues={paths['queues.yaml']}" in args
+    assert paths["queues.yaml"] == "/etc/muster/queues.yaml"
+    certificate = next(d for d in documents(DEPLOY / "cert-manager" / "certificates.yaml")
+                       if d["metadata"]["name"] == "muster-webhook")  # fmt: skip
+    assert certificate["spec"]["secretName"] == secret_name
+    assert "muster.muster-system.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_muster_deployment_is_locked_down_and_probed(objects: dict) -> None:
+    deployment = objects[("Deployment", "muster")]
+    pod = deployment["spec"]["template"]["spec"]
+    c = container(deployment)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert (c["readinessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["path"]) == (
+        "/readyz",
+        "/healthz",
+    )
+    assert {c["readinessProbe"]["httpGet"]["port"], c["livenessProbe"]["httpGet"]["port"]} == {
+        "http-extender"
+    }
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert "--in-cluster" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # The Dockerfile's user is the one the pod runs as.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    uid = pod["securityContext"]["runAsUser"]
+    assert f"USER {uid}:{uid}" in dockerfile
+    assert re.search(r"^EXPOSE 8888 8443$", dockerfile, re.M)
+
+
+def test_example_queue_file_is_valid(objects: dict) -> None:
+    config = parse_queue_config(objects[("ConfigMap", "muster-queues")]["data"]["queues.yaml"])
+    assert config.default_queue in config.queues
