@@ -31,3 +31,4 @@ lint: venv
 
 bench: venv
 	$(PY) scripts/bench_extender.py
+	$(PY) scripts/bench_webhook.py
