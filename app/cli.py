@@ -27,6 +27,8 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "queue_file": Path(args.queues) if args.queues else None,
         "default_runtime_seconds": args.default_runtime,
         "mirror_unresolvable": args.mirror_unresolvable,
+        "min_runtime_seconds": args.min_runtime,
+        "preemption": not args.no_preemption,
         "scheduler_name": args.scheduler_name,
         "muster_namespace": args.muster_namespace,
         "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="copy unresolvable reasons to FailedNodes (for kube-scheduler 1.20)",
     )
+    s.add_argument("--min-runtime", type=float, default=60.0, metavar="SECONDS",
+                   help="gangs younger than this are never preempted (default 60)")  # fmt: skip
+    s.add_argument("--no-preemption", action="store_true",
+                   help="never evict gangs for higher-priority gangs or reclaim")  # fmt: skip
     s.add_argument("--default-runtime", type=float, default=3600.0, metavar="SECONDS",
                    help="expected runtime of pods that declare none (default 3600)")  # fmt: skip
     s.add_argument("--queues", metavar="FILE",

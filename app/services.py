@@ -94,6 +94,8 @@ def build_services(
         queues=queues,
         scheduler_name=settings.scheduler_name,
         default_runtime=settings.default_runtime_seconds,
+        min_runtime=settings.min_runtime_seconds,
+        preemption=settings.preemption,
     )
     extender = Extender(
         cache,

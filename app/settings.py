@@ -34,6 +34,11 @@ class Settings:
     #: Also list unresolvable nodes in FailedNodes, for kube-scheduler 1.20 and older, which
     #: ignore FailedAndUnresolvableNodes and would drop those reasons from pod events.
     mirror_unresolvable: bool = False
+    #: Gangs running for less than this (unless ``muster.io/min-runtime`` says otherwise) are
+    #: never preempted.
+    min_runtime_seconds: float = 60.0
+    #: Whether the planner may evict lower-priority gangs and reclaim borrowed capacity.
+    preemption: bool = True
     #: Expected runtime of running pods that declare none (``muster.io/expected-runtime``),
     #: used to predict when reserved nodes free up.
     default_runtime_seconds: float = 3600.0

@@ -394,11 +394,13 @@ class ClusterCache:
             if pod is not None and pod.node_name != node:
                 self._upsert_pod(replace(pod, node_name=node))
 
-    def reserve(self, placements: Mapping[str, str]) -> str:
+    def reserve(self, placements: Mapping[str, str], *, force: bool = False) -> str:
         """Hold room for a plan: count each pod (uid -> node) against its node, all or none.
 
         Returns ``""`` on success, else why nothing was reserved (a node is gone or no longer
-        has room). Pods already holding their node are left as they are.
+        has room). Pods already holding their node are left as they are. ``force`` reserves
+        even where room is still taken (by victims being evicted for this very plan), so
+        nothing else can take the room they free.
         """
         with self._lock:
             needed: dict[int, np.ndarray] = {}
@@ -415,6 +417,8 @@ class ClusterCache:
                 needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
                 todo.append((uid, node, i))
             for i, need in needed.items():
+                if force:
+                    break
                 free = self._alloc[i] - self._used[i]
                 if (need > free).any():
                     node = self._nodes[i].name

@@ -109,7 +109,9 @@ class Extender:
         pod = self.cache.learn_pod(pod)
         if gang_spec(pod) is not None:
             return {}
-        return preempt.filter_candidates(self.cache.snapshot(), pod, candidates, given)
+        return preempt.filter_candidates(
+            self.cache.snapshot(), pod, candidates, given, min_runtime=self.planner.min_runtime
+        )
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind the pod to ``node``; gang members through the barrier (see ``gangbind``)."""

@@ -22,8 +22,9 @@ class Gateway(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's Binding to ``node`` (pods/binding subresource)."""
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
-        """Evict the pod through the Eviction API (PodDisruptionBudgets apply)."""
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
+        """Evict the pod through the Eviction API (PodDisruptionBudgets apply; a refusal is
+        ``GatewayError("TooManyRequests")``). ``dry_run`` only asks whether it would work."""
 
     def annotate_pod(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -85,8 +86,10 @@ class InMemoryGateway:
         with self._lock:
             self.bindings.append((f"{namespace}/{name}", node))
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         self._scripted_failure("evict", namespace, name)
+        if dry_run:
+            return
         self._cache.delete_pod(uid)
         with self._lock:
             self.evictions.append(f"{namespace}/{name}")

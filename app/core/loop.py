@@ -14,7 +14,8 @@ import time
 
 from app.core.errors import GatewayError
 from app.core.gateway import Gateway
-from app.core.planner import Planner
+from app.core.model import Pod
+from app.core.planner import Eviction, Planner
 from app.core.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
@@ -43,6 +44,7 @@ class PlannerLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.nudges = 0
+        self.evictions = 0
 
     def start(self) -> None:
         """Start the loop thread."""
@@ -56,9 +58,63 @@ class PlannerLoop:
             self._thread.join(timeout)
 
     def run_once(self, *, force: bool = False) -> None:
-        """One cycle and the nudges it calls for (also used by tests and the simulator)."""
+        """One cycle, the evictions and the nudges it calls for (also used by tests)."""
         self._planner.cycle(force=force)
+        self.evict()
         self.nudge()
+
+    def evict(self) -> None:
+        """Carry out the planner's evictions, whole units only.
+
+        Every pod of every unit is first evicted as a dry run; if the API refuses any (a
+        PodDisruptionBudget), nothing is evicted and the planner chooses other victims. Should
+        a real eviction still be refused halfway through a gang, the rest of that gang is
+        deleted: a partial gang would keep its GPUs and do no work.
+        """
+        for eviction in self._planner.take_evictions():
+            refused = self._dry_run(eviction)
+            if refused is not None:
+                self._planner.eviction_refused(eviction, *refused)
+                continue
+            for unit in eviction.units:
+                for pod in unit.pods:
+                    self._evict_pod(pod, unit.key, eviction)
+            log.info("evicted %s: %s", ", ".join(u.key for u in eviction.units), eviction.why)
+
+    def _dry_run(self, eviction: Eviction) -> tuple[str, str] | None:
+        for unit in eviction.units:
+            for pod in unit.pods:
+                try:
+                    self._gateway.evict(pod.namespace, pod.name, pod.uid, dry_run=True)
+                except GatewayError as exc:
+                    if exc.reason != "NotFound":
+                        return unit.key, str(exc)
+        return None
+
+    def _evict_pod(self, pod: Pod, unit: str, eviction: Eviction) -> None:
+        try:
+            self._gateway.evict(pod.namespace, pod.name, pod.uid)
+        except GatewayError as exc:
+            if exc.reason == "NotFound":
+                return
+            log.warning("eviction of %s (%s) refused (%s); deleting it", pod.key, unit, exc)
+            try:
+                self._gateway.delete_pod(pod.namespace, pod.name, pod.uid)
+            except GatewayError as again:
+                log.error("could not delete %s either: %s", pod.key, again)
+                return
+        self.evictions += 1
+        try:
+            self._gateway.event(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                "Preempted",
+                f"{eviction.why}; {unit} evicted whole",
+                "Warning",
+            )
+        except GatewayError as exc:
+            log.info("no Preempted event for %s: %s", pod.key, exc)
 
     def nudge(self) -> None:
         """Annotate planned members kube-scheduler has not retried since they were planned."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.actions import preempt, reclaim
 from app.core.actions.allocate import Allocation, allocate, why_unplaced
 from app.core.actions.backfill import Reservation, may_backfill, reserve_for
 from app.core.cache import ClusterCache, NodeView, Snapshot
@@ -33,6 +34,7 @@ from app.core.policies.proportion import admit
 from app.core.queuefile import QueueFile
 from app.core.queueing import QueueUsage, demand_of, measure, queue_name
 from app.core.queues import QueueConfig
+from app.core.victims import Unit, running_units
 
 
 @dataclass(slots=True)
@@ -47,6 +49,8 @@ class Plan:
     expires: float
     released: bool = False  # the barrier let the core bind; later members bind at once
     nudged: set[str] = field(default_factory=set)
+    #: pods being evicted to make room for this plan; members wait until they are gone
+    victims: frozenset[str] = frozenset()
 
     def node_of(self, uid: str) -> str | None:
         """The planned node of member ``uid``."""
@@ -113,6 +117,16 @@ def _signature(pod: Pod) -> tuple[object, ...]:
             pod.required_affinity)  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Whole units of work to evict so that gang ``preemptor`` can start; ``why`` is told to
+    the victims in an Event."""
+
+    preemptor: str
+    units: tuple[Unit, ...]
+    why: str
+
+
 class Planner:
     """Holds plans and runs cycles; thread-safe (one lock, cycles are short)."""
 
@@ -127,8 +141,14 @@ class Planner:
         scheduler_name: str = "muster",
         default_runtime: float = 3600.0,
         wall: Callable[[], float] = time.time,
+        min_runtime: float = 60.0,
+        preemption: bool = True,
     ) -> None:
         self._cache = cache
+        self._min_runtime = min_runtime
+        self._preemption = preemption
+        self._evictions: list[Eviction] = []
+        self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
         self._default_runtime = default_runtime
         self._wall = wall
         self._head: Reservation | None = None
@@ -167,9 +187,17 @@ class Planner:
                 self.cycle()
                 plan = self._plans.get(spec.key)
             if plan is not None and pod.uid in plan.members:
+                waiting = self._victims_left(plan)
+                if waiting:
+                    return Verdict(spec.key, "", f"gang {spec.key}: {self._reasons[spec.key]}")
                 return Verdict(spec.key, plan.members[pod.uid])
             reason = self._reasons.get(spec.key) or "waiting for the planner"
             return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+
+    @property
+    def min_runtime(self) -> float:
+        """How long running work is protected from preemption unless it says otherwise."""
+        return self._min_runtime
 
     @property
     def queues(self) -> QueueFile:
@@ -241,6 +269,8 @@ class Planner:
             snapshot = self._cache.snapshot()
             out = []
             for plan in self._plans.values():
+                if plan.victims and self._victims_left(plan):
+                    continue  # nudged once the victims are gone
                 for uid in plan.members:
                     pod = snapshot.pods.get(uid)
                     if uid not in plan.nudged and pod is not None and not snapshot.holds_node(pod):
@@ -303,7 +333,9 @@ class Planner:
                     planned.append(gang.key)
             if self._head is None:
                 self._cache.set_holds("", {}, 0.0)
-            for gang in sorted(gangs.values(), key=lambda g: (-g.priority, g.created, g.key)):
+            # Only running or planned gangs can take elastic members (see ``_plan_extras``).
+            extras = [g for g in gangs.values() if g.running or g.key in self._plans]
+            for gang in sorted(extras, key=lambda g: (-g.priority, g.created, g.key)):
                 self._plan_extras(gang, now, usage, self._queue_of(gang, config))
             self._last_generation = self._cache.generation
             return planned
@@ -390,6 +422,8 @@ class Planner:
             return False
         view = self._view_for(gang.key, core)
         allocation = self._allocate(view, core)
+        if not allocation.complete and self._preempt(gang, core, queue, usage, now):
+            return True
         if not allocation.complete:
             reason = why_unplaced(view, allocation, gang.min_member)
             if self._head is None:
@@ -417,6 +451,86 @@ class Planner:
         )
         self._reasons.pop(gang.key, None)
         return True
+
+    def _preempt(
+        self, gang: Gang, core: Sequence[Pod], queue: str, usage: QueueUsage, now: float
+    ) -> bool:
+        """Plan ``gang`` onto room that evicting whole lower-priority gangs (or, for a queue
+        below its guarantee, borrowed work) would free; queue those evictions."""
+        if not self._preemption:
+            return False
+        wall = self._wall()
+        self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
+        snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
+        taken = {uid for plan in self._plans.values() for uid in plan.victims}
+        config = self._queues.config
+        units = [
+            u
+            for u in running_units(
+                snapshot,
+                gangs_of(snapshot),
+                lambda p: queue_name(p, config, self._scheduler_name),
+                now=wall,
+                min_runtime=self._min_runtime,
+            )
+            if u.key not in self._blocked and not any(p.uid in taken for p in u.pods)
+        ]
+        priority = max(p.priority for p in core)
+        found = preempt.victims_for(
+            snapshot, core, priority, units, now=wall, strategy=self._strategy
+        )
+        why = f"preempted by gang {gang.key} (priority {priority})"
+        if found is None and queue in config.queues:
+            guaranteed = np.asarray(config.queues[queue].guaranteed, np.int64)
+            within = (usage.of(queue) + demand_of(core) <= guaranteed) | (guaranteed == 0)
+            if guaranteed.any() and within.all():
+                found = reclaim.victims_for(
+                    snapshot, core, usage, queue, units, strategy=self._strategy
+                )
+                why = (
+                    f"reclaimed by queue {queue} for gang {gang.key} (within its guaranteed share)"
+                )
+        if found is None:
+            return False
+        victims, allocation = found
+        uids = frozenset(p.uid for u in victims for p in u.pods)
+        self._cache.reserve(allocation.placed, force=True)
+        usage.add(queue, demand_of(core))
+        self._plans[gang.key] = Plan(
+            gang=gang.key,
+            members=dict(allocation.placed),
+            core=frozenset(allocation.placed),
+            min_member=gang.min_member,
+            created=now,
+            expires=now + (gang.timeout or self._plan_ttl) + self._plan_ttl,
+            victims=uids,
+        )
+        names = ", ".join(sorted({u.key for u in victims}))
+        self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
+        self._evictions.append(Eviction(gang.key, tuple(victims), why))
+        return True
+
+    def _victims_left(self, plan: Plan) -> int:
+        """How many of ``plan``'s victims are still there."""
+        left = 0
+        for uid in plan.victims:
+            pod = self._cache.pod(uid)
+            if pod is not None and not pod.terminal:
+                left += 1
+        return left
+
+    def take_evictions(self) -> list[Eviction]:
+        """The evictions decided since the last call (the loop carries them out)."""
+        with self._lock:
+            out, self._evictions = self._evictions, []
+            return out
+
+    def eviction_refused(self, eviction: Eviction, unit_key: str, why: str) -> None:
+        """A PodDisruptionBudget (or the API) refused evicting ``unit_key``: leave that work
+        alone for a while and plan the preemptor again, choosing other victims."""
+        with self._lock:
+            self._blocked[unit_key] = self._wall() + 60.0
+            self._release(eviction.preemptor, f"eviction of {unit_key} refused ({why})")
 
     def _view_for(self, gang: str, pods: Sequence[Pod]) -> NodeView:
         """The held room is off limits unless ``gang`` owns it or ``pods`` end before it starts."""

@@ -7,12 +7,14 @@ GPUs itself when the extender owns them (``ignoredByScheduler``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.cache import NodeView, Snapshot
 from app.core.model import Pod
 from app.core.podgroup import gang_spec
+from app.core.victims import min_runtime_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +40,27 @@ def filter_candidates(
     pod: Pod,
     candidates: Mapping[str, Victims],
     given: Mapping[str, Pod] | None = None,
+    *,
+    min_runtime: float = 0.0,
+    now: float | None = None,
 ) -> dict[str, Victims]:
     """The candidates on which evicting the proposed victims lets the pod's GPUs fit.
 
-    A node whose victims include a gang member is dropped: evicting part of a gang would leave
-    the rest of it idle (whole-gang preemption is the planner's business).
+    A node is dropped when its victims hold only part of a gang (the rest would sit idle on
+    other nodes; whole-gang preemption is the planner's business), or include a pod Muster
+    protects (younger than its ``muster.io/min-runtime``; gang members default to
+    ``min_runtime``).
     """
     view: NodeView = snapshot.view
     given = given or {}
+    now = time.time() if now is None else now
     kept: dict[str, Victims] = {}
     for node, victims in candidates.items():
         if node not in view.index:
             continue
-        if any(_in_gang(snapshot, given, uid) for uid in victims.uids):
+        if _splits_a_gang(snapshot, given, victims.uids) or _protected(
+            snapshot, given, victims.uids, min_runtime, now
+        ):
             continue
         free = view.free_of(node).gpu + gpus_freed(snapshot, node, victims.uids, given)
         if free >= pod.requests.gpu:
@@ -58,6 +68,33 @@ def filter_candidates(
     return kept
 
 
-def _in_gang(snapshot: Snapshot, given: Mapping[str, Pod], uid: str) -> bool:
-    pod = snapshot.pods.get(uid) or given.get(uid)
-    return pod is not None and gang_spec(pod) is not None
+def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str]) -> bool:
+    proposed: dict[str, set[str]] = {}
+    for uid in uids:
+        pod = snapshot.pods.get(uid) or given.get(uid)
+        spec = gang_spec(pod) if pod is not None else None
+        if spec is not None:
+            proposed.setdefault(spec.key, set()).add(uid)
+    for gang, chosen in proposed.items():
+        members = {
+            uid
+            for uid, key in snapshot.gang_members.items()
+            if key == gang and snapshot.holds_node(snapshot.pods[uid])
+        }
+        if not members <= chosen:
+            return True
+    return False
+
+
+def _protected(
+    snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str], default: float, now: float
+) -> bool:
+    for uid in uids:
+        pod = snapshot.pods.get(uid) or given.get(uid)
+        if pod is None:
+            continue
+        started = pod.started or snapshot.bound_at.get(uid, now)
+        floor = default if gang_spec(pod) is not None else 0.0
+        if now - started < min_runtime_of([pod], floor):
+            return True
+    return False

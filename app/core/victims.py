@@ -1,9 +1,9 @@
 """What could give way: running work cut into units that are evicted whole.
 
 A unit is either a whole running gang (every member holding a node), one elastic member of a
-running gang beyond its min-member (those give way first), or a pod running on its own. Units
-younger than their min-runtime (``muster.io/min-runtime``, else a configured default) are
-protected and never offered.
+running gang beyond its min-member (those give way first), or a pod running on its own. Gangs
+younger than their min-runtime (``muster.io/min-runtime``, else a configured default) and pods
+younger than their own ``muster.io/min-runtime`` are protected and never offered.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Unit:
         return max(now - self.started, 0.0) * len(self.pods)
 
 
-def _min_runtime(pods: Iterable[Pod], default: float) -> float:
+def min_runtime_of(pods: Iterable[Pod], default: float) -> float:
     values = [labels.lookup(MIN_RUNTIME, p.labels, p.annotations) for p in pods]
     parsed = [parse_duration(v) for v in values if v]
     return max([p for p in parsed if p is not None], default=default)
@@ -75,7 +75,7 @@ def running_units(
         if queue is None:
             continue
         first = min(start_of(p) for p in bound)
-        if now - first < _min_runtime(bound, min_runtime):
+        if now - first < min_runtime_of(bound, min_runtime):
             continue  # protected while young
         extras = sorted(bound, key=start_of, reverse=True)[: max(len(bound) - gang.min_member, 0)]
         for pod in extras:
@@ -85,7 +85,8 @@ def running_units(
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
         queue = queue_of(pod)
-        if queue is None or now - start_of(pod) < _min_runtime([pod], min_runtime):
+        # The configured default protects gangs; a pod on its own only by its own annotation.
+        if queue is None or now - start_of(pod) < min_runtime_of([pod], 0.0):
             continue
         units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
     return units

@@ -145,13 +145,19 @@ class KubeGateway:
         }
         self._do("bind", self._core.create_namespaced_pod_binding, name, namespace, body)
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
-        """Evict the pod; 429 (a PodDisruptionBudget forbids it) is ``TooManyRequests``."""
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
+        """Evict the pod; 429 (a PodDisruptionBudget forbids it) is ``TooManyRequests``.
+
+        ``dry_run`` asks the API server whether the eviction would go through, changing nothing.
+        """
+        extra = {"dry_run": "All"} if dry_run else {}
         with self._lock:
             version = self._eviction_version
         try:
             body = self._eviction(version, namespace, name, uid)
-            self._call("evict", self._core.create_namespaced_pod_eviction, name, namespace, body)
+            self._call(
+                "evict", self._core.create_namespaced_pod_eviction, name, namespace, body, **extra
+            )
             return
         except ApiException as exc:
             if version == "policy/v1beta1" or not _eviction_unsupported(exc):
@@ -160,7 +166,7 @@ class KubeGateway:
         with self._lock:
             self._eviction_version = "policy/v1beta1"
         body = self._eviction("policy/v1beta1", namespace, name, uid)
-        self._do("evict", self._core.create_namespaced_pod_eviction, name, namespace, body)
+        self._do("evict", self._core.create_namespaced_pod_eviction, name, namespace, body, **extra)
 
     @staticmethod
     def _eviction(version: str, namespace: str, name: str, uid: str) -> dict[str, Any]:

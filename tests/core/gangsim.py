@@ -34,6 +34,7 @@ class Cluster:
 
     nodes: list[Node]
     barrier_timeout: float = 2.0
+    planner_options: dict = field(default_factory=dict)
     cache: ClusterCache = field(init=False)
     gateway: InMemoryGateway = field(init=False)
     extender: Extender = field(init=False)
@@ -45,7 +46,7 @@ class Cluster:
         self.extender = Extender(
             self.cache,
             self.gateway,
-            planner=Planner(self.cache),
+            planner=Planner(self.cache, **self.planner_options),
             barrier_timeout=self.barrier_timeout,
         )
 
