@@ -39,6 +39,13 @@ podInitialBackoffSeconds: 1
 podMaxBackoffSeconds: 2
 profiles:
   - schedulerName: muster
+    # Muster preempts whole gangs itself. kube-scheduler 1.20's own pod-level preemption does
+    # not count GPUs (ignoredByScheduler), so it finds "candidates" with no victims and then
+    # panics in pickOneNodeForPreemption; later releases handle that case.
+    plugins:
+      postFilter:
+        disabled:
+          - name: DefaultPreemption
 extenders:
   - urlPrefix: "MUSTER_URL"
     filterVerb: filter
@@ -213,7 +220,11 @@ def binds_by_muster(muster: httpx.Client) -> float:
 
 def delete_now(core: kubernetes.client.CoreV1Api, ns: str, name: str) -> None:
     """Delete without grace: there is no kubelet to confirm a graceful deletion."""
-    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    try:
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 404:  # already gone is fine
+            raise
 
 
 class FakeKubelet:
@@ -227,6 +238,7 @@ class FakeKubelet:
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.partial_starts: list[str] = []
+        self.terminated: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: Exception | None = None
@@ -242,6 +254,10 @@ class FakeKubelet:
         pods = self.core.list_namespaced_pod(self.ns).items
         by_job: dict[str, list[Any]] = {}
         for pod in pods:
+            if pod.metadata.deletion_timestamp:  # evicted: confirm termination, as kubelet would
+                delete_now(self.core, self.ns, pod.metadata.name)
+                self.terminated.add(pod.metadata.name)
+                continue
             by_job.setdefault(pod.metadata.labels["job"], []).append(pod)
         now = time.monotonic()
         for job, size in self.jobs.items():
