@@ -70,6 +70,12 @@ def _encode_ranking(ranking: Ranking) -> bytes:
     return _PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in ranking.pairs()])
 
 
+async def _extender_args(request: Request) -> tuple[wire.ExtenderArgs, Pod, list[Node] | None]:
+    """The parsed ``ExtenderArgs`` of a filter or prioritize call, its pod and full nodes."""
+    args = parse_body(wire.ExtenderArgs, await request.body())
+    return args, _pod(args.Pod), _nodes(args)
+
+
 def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type=_JSON)
 
@@ -84,9 +90,8 @@ async def filter_nodes(request: Request) -> Response:
     """kube-scheduler's filter call: ``ExtenderArgs`` in, ``ExtenderFilterResult`` out."""
     services = _services(request)
     with services.metrics.observe("filter"):
-        args = parse_body(wire.ExtenderArgs, await request.body())
-        nodes = _nodes(args)
-        result = services.extender.filter(_pod(args.Pod), args.NodeNames, nodes)
+        args, pod, nodes = await _extender_args(request)
+        result = services.extender.filter(pod, args.NodeNames, nodes)
         m = services.metrics.filter_nodes
         m.labels("feasible").inc(len(result.feasible))
         m.labels("failed").inc(len(result.failed))
@@ -126,8 +131,8 @@ async def prioritize_nodes(request: Request) -> Response:
     """kube-scheduler's prioritize call: ``ExtenderArgs`` in, a bare ``[{Host, Score}]`` out."""
     services = _services(request)
     with services.metrics.observe("prioritize"):
-        args = parse_body(wire.ExtenderArgs, await request.body())
-        ranking = services.extender.prioritize(_pod(args.Pod), args.NodeNames, _nodes(args))
+        args, pod, nodes = await _extender_args(request)
+        ranking = services.extender.prioritize(pod, args.NodeNames, nodes)
         return Response(_encode_ranking(ranking), media_type=_JSON)
 
 

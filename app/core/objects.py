@@ -31,7 +31,8 @@ from app.core.quantity import parse_milli
 _ONE_POD = Resources(pods=1000)
 
 
-def _obj(value: Any, field: str) -> Mapping[str, Any]:
+def json_object(value: Any, field: str) -> Mapping[str, Any]:
+    """``value`` as a JSON object (``{}`` for null); ``InvalidInput`` naming ``field`` if not."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -39,7 +40,8 @@ def _obj(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, field: str) -> list[Any]:
+def json_list(value: Any, field: str) -> list[Any]:
+    """``value`` as a JSON list (``[]`` for null); ``InvalidInput`` naming ``field`` if not."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -57,14 +59,14 @@ def _str(value: Any, field: str, default: str = "") -> str:
 
 def _str_map(value: Any, field: str) -> dict[str, str]:
     result = {}
-    for key, item in _obj(value, field).items():
+    for key, item in json_object(value, field).items():
         result[key] = _str(item, f"{field}.{key}")
     return result
 
 
 def resources_from_map(value: Any, field: str) -> Resources:
     """The accounted resources of a ``{name: quantity}`` map; other names are ignored."""
-    amounts = _obj(value, field)
+    amounts = json_object(value, field)
     if not amounts:
         return ZERO
     for name, quantity in amounts.items():
@@ -80,11 +82,11 @@ def resources_from_map(value: Any, field: str) -> Resources:
 
 
 def _container_requests(container: Any, field: str) -> Resources:
-    resources = _obj(_obj(container, field).get("resources"), f"{field}.resources")
+    resources = json_object(json_object(container, field).get("resources"), f"{field}.resources")
     requests = resources_from_map(resources.get("requests"), f"{field}.resources.requests")
     limits = resources_from_map(resources.get("limits"), f"{field}.resources.limits")
     # A limit without a request means request == limit (the API server defaults it so).
-    given = _obj(resources.get("requests"), f"{field}.resources.requests")
+    given = json_object(resources.get("requests"), f"{field}.resources.requests")
     names = (GPU, CPU, MEMORY, PODS)
     return Resources(
         *(
@@ -102,14 +104,14 @@ def effective_requests(spec: Mapping[str, Any], field: str = "spec") -> Resource
     one ``pods`` unit.
     """
     total = ZERO
-    for i, container in enumerate(_list(spec.get("containers"), f"{field}.containers")):
+    for i, container in enumerate(json_list(spec.get("containers"), f"{field}.containers")):
         total = total + _container_requests(container, f"{field}.containers[{i}]")
     sidecars = ZERO
     init_peak = ZERO
     init_field = f"{field}.initContainers"
-    for i, container in enumerate(_list(spec.get("initContainers"), init_field)):
+    for i, container in enumerate(json_list(spec.get("initContainers"), init_field)):
         requests = _container_requests(container, f"{init_field}[{i}]")
-        if _obj(container, f"{init_field}[{i}]").get("restartPolicy") == "Always":
+        if json_object(container, f"{init_field}[{i}]").get("restartPolicy") == "Always":
             total = total + requests
             sidecars = sidecars + requests
             running = sidecars
@@ -123,31 +125,31 @@ def effective_requests(spec: Mapping[str, Any], field: str = "spec") -> Resource
 
 def _requirements(value: Any, field: str) -> tuple[Requirement, ...]:
     result = []
-    for i, item in enumerate(_list(value, field)):
+    for i, item in enumerate(json_list(value, field)):
         item_field = f"{field}[{i}]"
-        item = _obj(item, item_field)
+        item = json_object(item, item_field)
         operator = _str(item.get("operator"), f"{item_field}.operator")
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
             raise InvalidInput(f"{item_field}.operator", f"unknown operator {operator!r}")
         values = tuple(
             _str(v, f"{item_field}.values[{j}]")
-            for j, v in enumerate(_list(item.get("values"), f"{item_field}.values"))
+            for j, v in enumerate(json_list(item.get("values"), f"{item_field}.values"))
         )
         result.append(Requirement(_str(item.get("key"), f"{item_field}.key"), operator, values))
     return tuple(result)
 
 
 def _required_affinity(spec: Mapping[str, Any], field: str) -> tuple[SelectorTerm, ...] | None:
-    affinity = _obj(spec.get("affinity"), f"{field}.affinity")
-    node_affinity = _obj(affinity.get("nodeAffinity"), f"{field}.affinity.nodeAffinity")
+    affinity = json_object(spec.get("affinity"), f"{field}.affinity")
+    node_affinity = json_object(affinity.get("nodeAffinity"), f"{field}.affinity.nodeAffinity")
     path = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return None
     terms = []
-    for i, term in enumerate(_list(_obj(required, path).get("nodeSelectorTerms"), path)):
+    for i, term in enumerate(json_list(json_object(required, path).get("nodeSelectorTerms"), path)):
         term_field = f"{path}.nodeSelectorTerms[{i}]"
-        term = _obj(term, term_field)
+        term = json_object(term, term_field)
         terms.append(
             SelectorTerm(
                 _requirements(term.get("matchExpressions"), f"{term_field}.matchExpressions"),
@@ -159,9 +161,9 @@ def _required_affinity(spec: Mapping[str, Any], field: str) -> tuple[SelectorTer
 
 def _tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     result = []
-    for i, item in enumerate(_list(value, field)):
+    for i, item in enumerate(json_list(value, field)):
         f = f"{field}[{i}]"
-        item = _obj(item, f)
+        item = json_object(item, f)
         result.append(
             Toleration(
                 key=_str(item.get("key"), f"{f}.key"),
@@ -185,12 +187,12 @@ def _timestamp(value: Any, field: str) -> float:
 
 def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
     """Build a ``Pod`` from its API JSON. Requires ``metadata.name``; the rest may be absent."""
-    data = _obj(data, field)
+    data = json_object(data, field)
     if not data:
         raise InvalidInput(field, "missing pod object")
-    meta = _obj(data.get("metadata"), f"{field}.metadata")
-    spec = _obj(data.get("spec"), f"{field}.spec")
-    status = _obj(data.get("status"), f"{field}.status")
+    meta = json_object(data.get("metadata"), f"{field}.metadata")
+    spec = json_object(data.get("spec"), f"{field}.spec")
+    status = json_object(data.get("status"), f"{field}.status")
     name = _str(meta.get("name"), f"{field}.metadata.name")
     if not name:
         raise InvalidInput(f"{field}.metadata.name", "missing")
@@ -223,10 +225,10 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
 
 def node_from_dict(data: Any, field: str = "Node") -> Node:
     """Build a ``Node`` from its API JSON (allocatable, else capacity; labels; taints)."""
-    data = _obj(data, field)
-    meta = _obj(data.get("metadata"), f"{field}.metadata")
-    spec = _obj(data.get("spec"), f"{field}.spec")
-    status = _obj(data.get("status"), f"{field}.status")
+    data = json_object(data, field)
+    meta = json_object(data.get("metadata"), f"{field}.metadata")
+    spec = json_object(data.get("spec"), f"{field}.spec")
+    status = json_object(data.get("status"), f"{field}.status")
     name = _str(meta.get("name"), f"{field}.metadata.name")
     if not name:
         raise InvalidInput(f"{field}.metadata.name", "missing")
@@ -235,9 +237,9 @@ def node_from_dict(data: Any, field: str = "Node") -> Node:
     if amounts is None:
         amounts, amounts_field = status.get("capacity"), f"{field}.status.capacity"
     taints = []
-    for i, item in enumerate(_list(spec.get("taints"), f"{field}.spec.taints")):
+    for i, item in enumerate(json_list(spec.get("taints"), f"{field}.spec.taints")):
         f = f"{field}.spec.taints[{i}]"
-        item = _obj(item, f)
+        item = json_object(item, f)
         taints.append(
             Taint(
                 key=_str(item.get("key"), f"{f}.key"),

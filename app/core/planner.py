@@ -165,6 +165,7 @@ class Planner:
         # Memos that keep a cycle's cost proportional to what changed (see ``gangs_of``,
         # ``_pod_queue`` and ``_allocate``).
         self._gang_memo: GangMemo = {}
+        self._lowest: tuple[int, int | None] | None = None
         self._queue_memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
         self._failed_view: NodeView | None = None
         self._failed: dict[frozenset[tuple[tuple[object, ...], int]], list[tuple[object, ...]]] = {}
@@ -459,11 +460,16 @@ class Planner:
         below its guarantee, borrowed work) would free; queue those evictions."""
         if not self._preemption:
             return False
+        config = self._queues.config
+        limits = config.queues.get(queue)
+        reclaimable = limits is not None and np.asarray(limits.guaranteed).any()
+        lowest = self._lowest_running_priority()
+        if not reclaimable and (lowest is None or lowest >= max(p.priority for p in core)):
+            return False  # only strictly lower-priority work can give way, and none runs
         wall = self._wall()
         self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
         snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
         taken = {uid for plan in self._plans.values() for uid in plan.victims}
-        config = self._queues.config
         units = [
             u
             for u in running_units(
@@ -509,6 +515,16 @@ class Planner:
         self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
         self._evictions.append(Eviction(gang.key, tuple(victims), why))
         return True
+
+    def _lowest_running_priority(self) -> int | None:
+        """The lowest priority of any pod holding a node (``None``: none), once per cache
+        generation: every gang that does not fit asks, and the answer rarely changes."""
+        generation = self._cache.generation
+        if self._lowest is None or self._lowest[0] != generation:
+            snapshot = self._cache.snapshot()
+            held = [p.priority for p in snapshot.pods.values() if snapshot.holds_node(p)]
+            self._lowest = (generation, min(held, default=None))
+        return self._lowest[1]
 
     def _victims_left(self, plan: Plan) -> int:
         """How many of ``plan``'s victims are still there."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import InvalidInput
+from app.core.objects import json_list, json_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,22 +169,6 @@ def workload_of(
 # -- sizing ---------------------------------------------------------------------------------
 
 
-def _obj(value: Any, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidInput(field, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput(field, f"expected a list, got {type(value).__name__}")
-    return value
-
-
 def _count(value: Any, field: str, default: int | None) -> int | None:
     """A non-negative integer field (``default`` when absent)."""
     if value is None:
@@ -202,25 +187,25 @@ def _pods_per_job(job_spec: Mapping[str, Any], field: str) -> int:
 
 
 def _job(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
-    pods = _pods_per_job(_obj(obj.get("spec"), "spec"), "spec")
+    pods = _pods_per_job(json_object(obj.get("spec"), "spec"), "spec")
     return WorkloadGang(ref.base, pods, basis=f"{pods} pods at a time (parallelism)")
 
 
 def _jobset(ref: WorkloadRef, obj: Mapping[str, Any], labels: Mapping[str, str]) -> WorkloadGang:
-    spec = _obj(obj.get("spec"), "spec")
+    spec = json_object(obj.get("spec"), "spec")
     sizes: dict[str, int] = {}
-    staged = _obj(spec.get("startupPolicy"), "spec.startupPolicy").get("startupPolicyOrder") == (
-        "InOrder"
-    )
-    for i, item in enumerate(_list(spec.get("replicatedJobs"), "spec.replicatedJobs")):
+    staged = json_object(spec.get("startupPolicy"), "spec.startupPolicy").get(
+        "startupPolicyOrder"
+    ) == ("InOrder")
+    for i, item in enumerate(json_list(spec.get("replicatedJobs"), "spec.replicatedJobs")):
         field = f"spec.replicatedJobs[{i}]"
-        item = _obj(item, field)
+        item = json_object(item, field)
         replicas = _count(item.get("replicas"), f"{field}.replicas", 1)
-        template = _obj(item.get("template"), f"{field}.template")
-        job_spec = _obj(template.get("spec"), f"{field}.template.spec")
+        template = json_object(item.get("template"), f"{field}.template")
+        job_spec = json_object(template.get("spec"), f"{field}.template.spec")
         assert replicas is not None
         sizes[_str(item.get("name"))] = replicas * _pods_per_job(job_spec, f"{field}.template.spec")
-        staged = staged or bool(_list(item.get("dependsOn"), f"{field}.dependsOn"))
+        staged = staged or bool(json_list(item.get("dependsOn"), f"{field}.dependsOn"))
     if not sizes:
         raise InvalidInput("spec.replicatedJobs", "no replicated jobs")
     if not staged:
@@ -239,19 +224,19 @@ def _jobset(ref: WorkloadRef, obj: Mapping[str, Any], labels: Mapping[str, str])
 
 
 def _pytorchjob(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
-    spec = _obj(obj.get("spec"), "spec")
+    spec = json_object(obj.get("spec"), "spec")
     policy_field = "spec.runPolicy.schedulingPolicy"
-    policy = _obj(_obj(spec.get("runPolicy"), "spec.runPolicy").get("schedulingPolicy"),
-                  policy_field)  # fmt: skip
+    run_policy = json_object(spec.get("runPolicy"), "spec.runPolicy")
+    policy = json_object(run_policy.get("schedulingPolicy"), policy_field)
     queue = _str(policy.get("queue"))
     min_available = _count(policy.get("minAvailable"), f"{policy_field}.minAvailable", None)
     if min_available:
         return WorkloadGang(ref.base, min_available, queue, "schedulingPolicy.minAvailable")
-    replica_specs = _obj(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
+    replica_specs = json_object(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
     total = 0
     for role, replica in replica_specs.items():
         field = f"spec.pytorchReplicaSpecs.{role}"
-        count = _count(_obj(replica, field).get("replicas"), f"{field}.replicas", 1)
+        count = _count(json_object(replica, field).get("replicas"), f"{field}.replicas", 1)
         assert count is not None
         total += count
     if total == 0:
@@ -260,11 +245,11 @@ def _pytorchjob(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
 
 
 def _raycluster(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
-    spec = _obj(obj.get("spec"), "spec")
+    spec = json_object(obj.get("spec"), "spec")
     total = 1  # the head
-    for i, group in enumerate(_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
+    for i, group in enumerate(json_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
         field = f"spec.workerGroupSpecs[{i}]"
-        group = _obj(group, field)
+        group = json_object(group, field)
         if group.get("suspend") is True or group.get("suspended") is True:
             continue
         replicas = _count(group.get("replicas"), f"{field}.replicas", 0)
@@ -276,8 +261,8 @@ def _raycluster(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
 
 
 def _leaderworkerset(ref: WorkloadRef, obj: Mapping[str, Any]) -> WorkloadGang:
-    spec = _obj(obj.get("spec"), "spec")
-    template = _obj(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
+    spec = json_object(obj.get("spec"), "spec")
+    template = json_object(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
     size = _count(template.get("size"), "spec.leaderWorkerTemplate.size", 1)
     assert size is not None
     if spec.get("startupPolicy") == "LeaderReady":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 
@@ -15,11 +14,6 @@ from controlplane import (
     create_gpu_node,
     wait_for,
 )
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
-]
 
 NAMESPACE = "default"
 GPUS_PER_NODE = 8

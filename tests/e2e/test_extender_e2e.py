@@ -7,12 +7,9 @@ objects with GPU capacity (no kubelet: bound pods stay Pending with ``spec.nodeN
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from controlplane import create_gpu_node, wait_for
 from harness import (
     GPUS_PER_NODE,
@@ -20,21 +17,9 @@ from harness import (
     binds_by_muster,
     gpu_pod,
     make_namespace,
-    muster_cluster,
     node_names,
     wait_nodes,
 )
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    with muster_cluster() as parts:
-        yield parts
 
 
 def test_gpu_pods_are_bound_by_muster_where_gpus_are_free(cluster: Any) -> None:

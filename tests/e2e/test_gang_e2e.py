@@ -9,13 +9,10 @@ that starts bound pods and deletes a job's pods when it completes.
 
 from __future__ import annotations
 
-import os
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from controlplane import create_gpu_node, wait_for
 from harness import (
     BindingWatch,
@@ -23,20 +20,8 @@ from harness import (
     delete_now,
     gpu_pod,
     make_namespace,
-    muster_cluster,
     wait_nodes,
 )
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    with muster_cluster() as parts:
-        yield parts
 
 
 def member(job: str, i: int, size: int, ns: str, group: str, gpus: int = 1) -> dict[str, Any]:

@@ -4,20 +4,13 @@ API) and the preemptor runs whole."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-import pytest
 from controlplane import create_gpu_node, wait_for
 from harness import BindingWatch, FakeKubelet, gpu_pod, make_namespace, muster_cluster, wait_nodes
 
 from app.settings import Settings
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
-]
 
 
 def job(name: str, size: int, gpus: int, ns: str, priority_class: str) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -34,11 +33,6 @@ from app.main import create_app
 from app.settings import Settings
 from tests.https import LOOPBACK, serving
 from tests.reviews import jobset_obj, pod, ray_pod
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("MUSTER_SKIP_E2E") == "1", reason="MUSTER_SKIP_E2E=1"),
-]
 
 DEPLOY = REPO_ROOT / "deploy"
 WEBHOOK_CONFIG = "muster-e2e"

@@ -1,0 +1,251 @@
+"""``muster simulate``: options, building the runs from them, printing the table."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from app.sim.engine import SimConfig, Simulation
+from app.sim.kubescheduler import SchedulerConfig
+from app.sim.metrics import Result
+from app.sim.policies import POLICIES, PolicyConfig
+from app.sim.report import plot, table, to_json
+from app.sim.workload import SEED_CLUSTER, SEED_WORKLOAD, Arrival, ClusterSpec, WorkloadSpec
+
+PRESETS: dict[str, tuple[ClusterSpec, WorkloadSpec]] = {"seed": (SEED_CLUSTER, SEED_WORKLOAD)}
+
+# option -> (spec, field); a given option overrides the preset's value.
+_CLUSTER = {"nodes": "nodes", "node_cpu": "cpu", "node_gpus": "gpus", "node_memory": "memory_gib"}
+_WORKLOAD = {
+    "jobs": "jobs", "pods_per_job": "pods_per_job", "min_member": "min_member",
+    "pod_cpu": "pod_cpu", "pod_gpus": "pod_gpus", "pod_memory": "pod_memory_gib",
+    "runtime": "runtime", "jitter": "jitter", "arrival": "arrival", "deadline": "deadline",
+    "seed": "seed",
+}  # fmt: skip
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}") from exc
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+    return values
+
+
+def _policies(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _arrival(text: str) -> Arrival:
+    try:
+        return Arrival.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``muster simulate``."""
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="start from a preset (seed: the issue's seed experiment); "
+                        "other options override it")  # fmt: skip
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply nodes and jobs (e.g. 0.1 for a quick look; default 1)",
+    )
+    c = p.add_argument_group("cluster (identical nodes)")
+    c.add_argument("--nodes", type=int)
+    c.add_argument("--node-cpu", type=float, metavar="CORES")
+    c.add_argument("--node-gpus", type=int)
+    c.add_argument("--node-memory", type=float, metavar="GIB")
+    w = p.add_argument_group("workload (gang jobs)")
+    w.add_argument("--jobs", type=int)
+    w.add_argument("--pods-per-job", type=int)
+    w.add_argument("--min-member", type=int, help="gang size (default: every pod of the job)")
+    w.add_argument("--pod-cpu", type=float, metavar="CORES")
+    w.add_argument("--pod-gpus", type=int)
+    w.add_argument("--pod-memory", type=float, metavar="GIB")
+    w.add_argument("--runtime", type=float, metavar="SECONDS", help="mean training time")
+    w.add_argument(
+        "--jitter",
+        type=float,
+        metavar="FRACTION",
+        help="runtime is uniform within +-FRACTION (0.5: 3 min +- 50%%)",
+    )
+    w.add_argument(
+        "--arrival", type=_arrival, help="all | uniform:SECONDS | poisson:JOBS_PER_SECOND"
+    )
+    w.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="a job not fully started this long after submission fails (0: none)",
+    )
+    w.add_argument("--seed", type=int, help="random seed of the workload")
+    s = p.add_argument_group("scheduling")
+    s.add_argument(
+        "--policies",
+        type=_policies,
+        default=["muster", "default"],
+        help=f"comma-separated, from {', '.join(POLICIES)} (default: muster,default; "
+        "muster-gated is an experiment: members gated until planned)",
+    )
+    s.add_argument(
+        "--initial-backoff",
+        type=_floats,
+        default=[1.0],
+        metavar="S[,S..]",
+        help="podInitialBackoffSeconds (default 1); several values run each",
+    )
+    s.add_argument(
+        "--max-backoff",
+        type=_floats,
+        default=[10.0],
+        metavar="S[,S..]",
+        help="podMaxBackoffSeconds (default 10); e.g. 10,2 compares both",
+    )
+    s.add_argument(
+        "--attempt-cost",
+        type=float,
+        default=0.002,
+        metavar="SECONDS",
+        help="simulated time one scheduling attempt takes (default 0.002)",
+    )
+    s.add_argument(
+        "--bind-latency",
+        type=float,
+        default=0.005,
+        metavar="SECONDS",
+        help="decision to Binding created (default 0.005)",
+    )
+    s.add_argument(
+        "--barrier-timeout",
+        type=float,
+        default=4.0,
+        metavar="SECONDS",
+        help="Muster's bind barrier (default 4)",
+    )
+    s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS")
+    s.add_argument(
+        "--planner-poll",
+        type=float,
+        default=0.05,
+        metavar="SECONDS",
+        help="Muster's planner loop poll interval (default 0.05)",
+    )
+    s.add_argument(
+        "--strategy",
+        choices=["binpack", "spread"],
+        default="binpack",
+        help="Muster's packing strategy (default binpack)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="utilisation and queue length over time (needs matplotlib)",
+    )
+    o.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    o.add_argument(
+        "--max-time",
+        type=float,
+        metavar="SECONDS",
+        help="stop the simulation here (default: generous, from the workload)",
+    )
+    o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, WorkloadSpec]:
+    """The cluster and workload the options describe (preset, then overrides, then scale)."""
+    cluster, workload = PRESETS[args.preset] if args.preset else (ClusterSpec(), WorkloadSpec())
+    cluster = replace(cluster, **_given(args, _CLUSTER))
+    workload = replace(workload, **_given(args, _WORKLOAD))
+    if args.scale != 1.0:
+        if args.scale <= 0:
+            raise ValueError("--scale must be positive")
+        cluster = replace(cluster, nodes=max(1, round(cluster.nodes * args.scale)))
+        workload = replace(workload, jobs=max(1, round(workload.jobs * args.scale)))
+    return cluster, workload
+
+
+def _given(args: argparse.Namespace, mapping: dict[str, str]) -> dict[str, Any]:
+    return {spec: getattr(args, opt) for opt, spec in mapping.items()
+            if getattr(args, opt) is not None}  # fmt: skip
+
+
+def build_configs(args: argparse.Namespace, workload: WorkloadSpec) -> list[SimConfig]:
+    """One run per policy and backoff setting."""
+    backoffs = list(itertools.product(args.initial_backoff, args.max_backoff))
+    policy_config = PolicyConfig(
+        bind_latency=args.bind_latency,
+        strategy=args.strategy,
+        barrier_timeout=args.barrier_timeout,
+        plan_ttl=args.plan_ttl,
+        planner_poll=args.planner_poll,
+        seed=workload.seed,
+    )
+    configs = []
+    for policy in args.policies:
+        for initial, maximum in backoffs:
+            label = policy if len(backoffs) == 1 else f"{policy} {initial:g}/{maximum:g}s"
+            scheduler = SchedulerConfig(
+                initial_backoff=initial, max_backoff=maximum, attempt_cost=args.attempt_cost
+            )
+            configs.append(SimConfig(policy=policy, scheduler=scheduler,
+                                     policy_config=policy_config, max_time=args.max_time,
+                                     label=label))  # fmt: skip
+    return configs
+
+
+def describe(cluster: ClusterSpec, workload: WorkloadSpec) -> str:
+    """One paragraph saying what is simulated."""
+    gpus = f", {cluster.gpus} GPUs" if cluster.gpus else ""
+    pod_gpus = f", {workload.pod_gpus} GPU" if workload.pod_gpus else ""
+    gang = workload.min_member or workload.pods_per_job
+    deadline = f"{workload.deadline:g} s deadline" if workload.deadline else "no deadline"
+    return (
+        f"{cluster.nodes} nodes x {cluster.cpu:g} CPU{gpus}; {workload.jobs} jobs x "
+        f"{workload.pods_per_job} pods x {workload.pod_cpu:g} CPU{pod_gpus}, gang of {gang}, "
+        f"runtime {workload.runtime:g} s +- {100 * workload.jitter:g}%, arrival "
+        f"{workload.arrival}, {deadline}, seed {workload.seed}"
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run every configured simulation and print the table (to stdout); 2 on bad options."""
+    out = out or sys.stdout
+    try:
+        cluster, workload = build_specs(args)
+        configs = build_configs(args, workload)
+    except ValueError as exc:
+        print(f"muster simulate: {exc}", file=sys.stderr)
+        return 2
+    results: list[Result] = []
+    for config in configs:
+        if not args.quiet:
+            print(f"simulating {config.label} ...", file=sys.stderr, flush=True)
+        results.append(Simulation(cluster, workload, config).run())
+    print(describe(cluster, workload), file=out)
+    print(file=out)
+    print(table(results), file=out)
+    if args.json:
+        args.json.write_text(json.dumps(to_json(results), indent=2) + "\n")
+    if args.plot:
+        plot(results, args.plot)
+        print(f"\nplot written to {args.plot}", file=out)
+    return 0

@@ -1,0 +1,227 @@
+"""What kube-scheduler runs per attempt and per bind, under each simulated policy.
+
+* ``muster``: kube-scheduler with Muster as its extender. Each attempt calls the real
+  ``Extender.filter`` (and ``prioritize`` when more than one node is feasible, as
+  kube-scheduler skips it otherwise); the real ``Planner`` plans gangs, on demand from filter
+  and in a background loop that polls for cache changes every ``planner_poll`` seconds and
+  nudges newly planned members (``PlannerLoop.run_once``: the annotation is a pod update
+  that kube-scheduler's queue reacts to). Binds go through ``GangBinder``'s synchronous core
+  on the simulated clock: members wait at the barrier in simulated time, and ``expire()``
+  runs at each barrier deadline.
+* ``default``: plain kube-scheduler. Resource fit only (``filter_nodes`` on the same cache),
+  the spreading score (kube-scheduler's default ``LeastAllocated``; ``policies.spread``),
+  every pod assumed and bound on its own, no gang semantics.
+
+* ``muster-gated`` (an experiment, not how Muster works today): ``muster`` with every gang
+  member created behind a scheduling gate (``spec.schedulingGates``, which the admission
+  webhook would add), and the planner loop's nudge removing the gate instead of setting an
+  annotation. kube-scheduler then never tries a member before its gang is planned.
+
+Both pick at random among the best-scored nodes, as kube-scheduler's ``selectHost`` does.
+kube-scheduler's own filters are not run under ``muster``: Muster's cache counts everything
+kube-scheduler's would (bound and assumed pods) plus the plans' reservations, so Muster's
+answer is never less strict.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from app.core.binding import Binder
+from app.core.cache import ClusterCache
+from app.core.errors import BindRejected, GatewayError
+from app.core.extender import Extender
+from app.core.filter import FilterResult, filter_nodes
+from app.core.gangbind import BindRequest, GangBinder
+from app.core.loop import PlannerLoop
+from app.core.model import Pod
+from app.core.planner import Planner
+from app.core.podgroup import gang_spec
+from app.core.prioritize import prioritize
+from app.sim.apiserver import SimApi
+from app.sim.clock import SimClock
+from app.sim.kubescheduler import Decision
+
+BindDone = Callable[[str, str], None]
+POLICIES = ("muster", "default", "muster-gated")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Knobs of the scheduler side that are not kube-scheduler's queue."""
+
+    bind_latency: float = 0.005  # decision -> Binding created (API round trip)
+    strategy: str = "binpack"  # Muster's packing strategy
+    barrier_timeout: float = 4.0
+    plan_ttl: float = 60.0
+    planner_poll: float = 0.05
+    seed: int = 0  # tie-breaking among equally scored nodes
+
+
+def select_host(scores: Sequence[tuple[str, int]], rng: random.Random) -> str:
+    """A uniformly random node among the highest scored (kube-scheduler's ``selectHost``)."""
+    best = max(score for _, score in scores)
+    top = [name for name, score in scores if score == best]
+    return top[0] if len(top) == 1 else top[rng.randrange(len(top))]
+
+
+def _reason(result: FilterResult) -> str:
+    for reasons in (result.unresolvable, result.failed):
+        for why in reasons.values():
+            return why
+    return "no nodes"
+
+
+class DefaultPolicy:
+    """Plain kube-scheduler: fit, spread, bind each pod on its own."""
+
+    name = "default"
+
+    def __init__(
+        self, clock: SimClock, cache: ClusterCache, api: SimApi, config: PolicyConfig
+    ) -> None:
+        self._clock = clock
+        self._cache = cache
+        self._api = api
+        self._config = config
+        self._rng = random.Random(config.seed)
+        self._names = [n.name for n in cache.view().nodes]
+
+    def schedule(self, pod: Pod) -> Decision:
+        view = self._cache.view()
+        result = filter_nodes(view, pod, self._names)
+        if not result.feasible:
+            return Decision(reason=_reason(result))
+        if len(result.feasible) == 1:
+            return Decision(result.feasible[0])
+        scores = prioritize(view, pod, result.feasible, "spread")
+        return Decision(select_host(list(zip(result.feasible, scores, strict=True)), self._rng))
+
+    def bind(self, pod: Pod, node: str, done: BindDone) -> None:
+        try:
+            self._cache.assume(pod.uid, node)  # kube-scheduler's own assume
+        except BindRejected as exc:
+            done(pod.uid, str(exc))
+            return
+        self._clock.after(self._config.bind_latency, self._bind, pod, node, done)
+
+    def _bind(self, pod: Pod, node: str, done: BindDone) -> None:
+        try:
+            self._api.bind(pod.namespace, pod.name, pod.uid, node)
+        except GatewayError as exc:
+            self._cache.forget(pod.uid)
+            done(pod.uid, str(exc))
+            return
+        done(pod.uid, "")
+
+    def gated(self, pod: Pod) -> bool:
+        return False
+
+
+class MusterPolicy:
+    """kube-scheduler with Muster's extender, planner loop and bind barrier."""
+
+    name = "muster"
+
+    def __init__(
+        self,
+        clock: SimClock,
+        cache: ClusterCache,
+        api: SimApi,
+        config: PolicyConfig,
+        *,
+        gates: bool = False,
+    ) -> None:
+        self._clock = clock
+        self._config = config
+        self._gates = gates
+        self._rng = random.Random(config.seed)
+        self.planner = Planner(
+            cache, strategy=config.strategy, plan_ttl=config.plan_ttl, clock=clock, wall=clock
+        )
+        self.extender = Extender(
+            cache, api, strategy=config.strategy, planner=self.planner,
+            barrier_timeout=config.barrier_timeout,
+        )  # fmt: skip
+        # The extender's own GangBinder runs on wall time; the simulation needs its clock.
+        self.binder = GangBinder(
+            cache, self.planner, Binder(cache, api), api,
+            timeout=config.barrier_timeout, clock=clock,
+        )  # fmt: skip
+        self.loop = PlannerLoop(self.planner, api, poll=config.planner_poll)
+        self._names = [n.name for n in cache.view().nodes]
+        self._waiting: dict[str, tuple[BindRequest, BindDone]] = {}
+        self._expiry_checks: set[float] = set()
+        self.barrier_timeouts = 0  # member binds failed because the barrier ran out
+        self.rollbacks = 0  # gangs rolled back after a failed bind
+        clock.after(config.planner_poll, self._poll)
+
+    def schedule(self, pod: Pod) -> Decision:
+        result = self.extender.filter(pod, self._names)
+        if not result.feasible:
+            return Decision(reason=_reason(result))
+        if len(result.feasible) == 1:
+            return Decision(result.feasible[0])
+        scores = list(self.extender.prioritize(pod, result.feasible))
+        return Decision(select_host(scores, self._rng))
+
+    def gated(self, pod: Pod) -> bool:
+        return self._gates and gang_spec(pod) is not None
+
+    def bind(self, pod: Pod, node: str, done: BindDone) -> None:
+        request = BindRequest(pod.namespace, pod.name, pod.uid, node)
+        self._clock.after(self._config.bind_latency, self._bind, request, done)
+
+    def _bind(self, request: BindRequest, done: BindDone) -> None:
+        admission = self.binder.admit(request)
+        if admission.outcome is not None:
+            done(request.uid, admission.outcome.error)
+            return
+        if admission.kind == "now":
+            done(request.uid, self.binder.bind_one(request).error)
+            return
+        replaced = self._waiting.pop(request.uid, None)
+        if replaced is not None:
+            replaced[1](request.uid, "superseded by a newer bind call")
+        self._waiting[request.uid] = (request, done)
+        if admission.kind == "wait":
+            deadline = self.binder.barrier.deadline(admission.gang)
+            if deadline is not None and deadline not in self._expiry_checks:
+                self._expiry_checks.add(deadline)
+                self._clock.at(deadline, self._expire, deadline)
+            return
+        requests = list(admission.released)
+        outcomes = [self.binder.bind_one(r) for r in requests]
+        answers = self.binder.finish_gang(admission.gang, requests, outcomes)
+        if any(a.reason == "RolledBack" for a in answers):
+            self.rollbacks += 1
+        for released, answer in zip(requests, answers, strict=True):
+            waiting = self._waiting.pop(released.uid, None)
+            if waiting is not None:
+                waiting[1](released.uid, answer.error)
+
+    def _expire(self, deadline: float) -> None:
+        self._expiry_checks.discard(deadline)
+        late = self.binder.expire()
+        self.barrier_timeouts += len(late)
+        for request, outcome in late:
+            waiting = self._waiting.pop(request.uid, None)
+            if waiting is not None:
+                waiting[1](request.uid, outcome.error)
+
+    def _poll(self) -> None:
+        self.loop.run_once()
+        self._clock.after(self._config.planner_poll, self._poll)
+
+
+def make_policy(
+    name: str, clock: SimClock, cache: ClusterCache, api: SimApi, config: PolicyConfig
+) -> MusterPolicy | DefaultPolicy:
+    """The policy called ``name`` (one of ``POLICIES``)."""
+    if name in ("muster", "muster-gated"):
+        return MusterPolicy(clock, cache, api, config, gates=name == "muster-gated")
+    if name == "default":
+        return DefaultPolicy(clock, cache, api, config)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
