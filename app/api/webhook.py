@@ -165,10 +165,7 @@ def _gang_pods(services: Services) -> GangPods:
     """The cached pods of a gang, from the cache's gang index (not a scan of every pod)."""
 
     def members(namespace: str, group: str) -> list[Pod]:
-        snapshot = services.cache.snapshot()
-        key, pods = f"{namespace}/{group}", snapshot.pods
-        return [pods[uid] for uid, gang in snapshot.gang_members.items()
-                if gang == key and uid in pods]  # fmt: skip
+        return services.cache.gang_members_of(f"{namespace}/{group}")
 
     return members
 

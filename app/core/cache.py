@@ -137,6 +137,7 @@ class ClusterCache:
         self._assumed: dict[str, float] = {}
         self._reserved: dict[str, str] = {}
         self._gang_of: dict[str, str] = {}
+        self._gang_index: dict[str, set[str]] = {}
         # Usage per queue key (see ``queue_key``), kept as pods move, so quota checks need
         # no pass over every pod.
         self._queue_key: dict[str, QueueKey] = {}
@@ -283,10 +284,10 @@ class ClusterCache:
         self._pods[pod.uid] = pod
         if old is None or old.labels is not pod.labels or old.annotations is not pod.annotations:
             spec = gang_spec(pod)
-            if spec is None:
-                self._gang_of.pop(pod.uid, None)
-            else:
+            self._unindex_gang(pod.uid)
+            if spec is not None:
                 self._gang_of[pod.uid] = spec.key
+                self._gang_index.setdefault(spec.key, set()).add(pod.uid)
             self._queue_key[pod.uid] = queue_key(pod, spec is not None)
         target = ""
         if not pod.terminal:
@@ -303,9 +304,23 @@ class ClusterCache:
         # A pending pod coming or changing leaves node usage alone: keep the node view.
         self._bump(nodes=placed_before or bool(target))
 
+    def _unindex_gang(self, uid: str) -> None:
+        key = self._gang_of.pop(uid, None)
+        if key is not None:
+            members = self._gang_index.get(key)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._gang_index[key]
+
+    def gang_members_of(self, key: str) -> list[Pod]:
+        """The cached pods of gang ``key`` (``namespace/name``), from the gang index."""
+        with self._lock:
+            return [self._pods[uid] for uid in self._gang_index.get(key, ())]
+
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
-        self._gang_of.pop(uid, None)
+        self._unindex_gang(uid)
         self._assumed.pop(uid, None)
         self._reserved.pop(uid, None)
         if old is not None:

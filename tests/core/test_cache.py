@@ -180,3 +180,17 @@ def test_parallel_assumes_never_overcommit() -> None:
     assert len(accepted) == 32
     view = cache.view()
     assert all(view.used_of(f"n{i}").gpu == 8000 for i in range(4))
+
+
+def test_gang_index_follows_labels_and_deletions() -> None:
+    cache = ClusterCache()
+    labels = {"muster.io/pod-group": "g", "muster.io/min-member": "2"}
+    a, b = pod("a", labels=labels), pod("b", labels=labels)
+    cache.upsert_pods([a, b])
+    assert {p.name for p in cache.gang_members_of("default/g")} == {"a", "b"}
+    cache.upsert_pod(replace(b, labels={"muster.io/pod-group": "h", "muster.io/min-member": "1"}))
+    assert [p.name for p in cache.gang_members_of("default/g")] == ["a"]
+    assert [p.name for p in cache.gang_members_of("default/h")] == ["b"]
+    cache.delete_pod(a.uid)
+    assert cache.gang_members_of("default/g") == []
+    assert cache.gang_member_count == 1
