@@ -15,9 +15,9 @@ Life of a job:
 
 Accounting, integrated exactly over simulated time: resources held by bound pods (utilisation)
 and *partial-gang pods*: bound pods of a job that has not started, which hold resources
-without doing any work. The cluster is sampled every ``sample_interval`` for the plots, and
-for *reserved pod-seconds*: room held for pods that are not bound yet (Muster's plans waiting
-for kube-scheduler to retry their members, binds in flight), idle meanwhile.
+without doing any work; and *reserved pods*: room held for pods that are not bound yet
+(Muster's plans waiting for kube-scheduler to retry their members, binds in flight), idle
+meanwhile. The cluster is sampled every ``sample_interval`` for the plots.
 """
 
 from __future__ import annotations
@@ -127,7 +127,11 @@ class Simulation:
         self._running = 0
         self._done = 0
         self._integral = TimeIntegral(3)
+        self._reserved = 0
         self._reserved_area = 0.0
+        self._reserved_since = 0.0
+        self._reserved_generation = -1
+        self.clock.after_each(self._track_reserved)
         self.samples: list[Sample] = []
 
     # -- observation -----------------------------------------------------------------------
@@ -167,6 +171,7 @@ class Simulation:
         finished = [s.record.finished for s in self._states if s.record.finished is not None]
         makespan = max(finished, default=0.0) if self._done == len(self._states) else limit
         self._advance(makespan)
+        self._reserved_area += self._reserved * max(makespan - self._reserved_since, 0.0)
         self._sample(reschedule=False)
         return self._result(makespan, lower, reference, time.perf_counter() - wall)
 
@@ -205,13 +210,22 @@ class Simulation:
             now, np.array([self._used[_CPU], self._used[_GPU], self._partial], dtype=np.float64)
         )
 
-    def _sample(self, *, reschedule: bool = True) -> None:
-        cap = self._cap
+    def _track_reserved(self) -> None:
+        """Integrate the pods whose room is held but who are not bound (plans, binds in
+        flight); that only changes with the cache, so only look when it did."""
+        generation = self.cache.generation
+        if generation == self._reserved_generation:
+            return
+        self._reserved_generation = generation
+        now = self.clock.now
+        self._reserved_area += self._reserved * (now - self._reserved_since)
+        self._reserved_since = now
         # Room counted on nodes (bound, binding, planned; not backfill holds) minus bound pods.
         counted = int(self.cache.backfill_view().used[:, _PODS].sum())
-        reserved = max(counted - int(self._used[_PODS]), 0) // 1000
-        if reschedule:
-            self._reserved_area += reserved * self.config.sample_interval
+        self._reserved = max(counted - int(self._used[_PODS]), 0) // 1000
+
+    def _sample(self, *, reschedule: bool = True) -> None:
+        cap = self._cap
         self.samples.append(
             Sample(
                 time=self.clock.now,
@@ -220,7 +234,7 @@ class Simulation:
                 pending_pods=self._pending,
                 running_jobs=self._running,
                 partial_pods=self._partial,
-                reserved_pods=reserved,
+                reserved_pods=self._reserved,
             )
         )
         if reschedule:

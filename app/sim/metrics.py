@@ -46,7 +46,7 @@ class Result:
     failed: int
     unfinished: int
     partial_pod_seconds: float
-    reserved_pod_seconds: float  # sampled: room held for pods not yet bound (idle capacity)
+    reserved_pod_seconds: float  # room held for pods not yet bound (idle capacity)
     cpu_util: float
     gpu_util: float | None
     attempts: int

@@ -11,13 +11,12 @@
 * ``default``: plain kube-scheduler. Resource fit only (``filter_nodes`` on the same cache),
   the spreading score (kube-scheduler's default ``LeastAllocated``; ``policies.spread``),
   every pod assumed and bound on its own, no gang semantics.
-
 * ``muster-gated`` (an experiment, not how Muster works today): ``muster`` with every gang
   member created behind a scheduling gate (``spec.schedulingGates``, which the admission
   webhook would add), and the planner loop's nudge removing the gate instead of setting an
   annotation. kube-scheduler then never tries a member before its gang is planned.
 
-Both pick at random among the best-scored nodes, as kube-scheduler's ``selectHost`` does.
+All pick at random among the best-scored nodes, as kube-scheduler's ``selectHost`` does.
 kube-scheduler's own filters are not run under ``muster``: Muster's cache counts everything
 kube-scheduler's would (bound and assumed pods) plus the plans' reservations, so Muster's
 answer is never less strict.

@@ -61,7 +61,7 @@ def test_plain_kube_scheduler_holds_resources_with_partial_gangs() -> None:
 
 def test_runs_are_reproducible_with_a_seed() -> None:
     def figures(seed: int) -> tuple[object, ...]:
-        workload = WorkloadSpec(**{**vars_of(STREAM), "seed": seed})
+        workload = WorkloadSpec(**{**vars_of(STREAM), "seed": seed, "jobs": 8})
         r = Simulation(CLUSTER, workload, SimConfig(policy="muster")).run()
         return r.makespan, r.attempts, r.start_p50, [(j.started, j.finished) for j in r.records]
 
