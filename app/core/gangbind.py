@@ -4,9 +4,10 @@ kube-scheduler binds each pod in its own goroutine, so every member's bind call 
 member's bind waits (``app.core.barrier``) until every core member of its gang's plan has
 reached bind (or already holds its node); then all of them are bound at once. The wait is
 bounded (``timeout``, shorter than kube-scheduler's extender ``httpTimeout``): when it runs out,
-every waiting member gets an error and the plan is released. If a bind fails after others
-succeeded, the bound members are deleted (their controller recreates them) so no partial gang
-keeps GPUs.
+the waiting calls get an error but the members stay parked on their planned nodes, and are
+bound together with the rest when it arrives (the plan itself expires after its TTL). If a
+bind fails after others succeeded, the bound members are deleted (their controller recreates
+them) so no partial gang keeps GPUs.
 
 Runs on the server's event loop (one thread), so the barrier needs no lock; the binds
 themselves run in worker threads.
@@ -96,6 +97,8 @@ class GangBinder:
         plan = self._planner.plan(spec.key)
         who = f"{request.namespace}/{request.name}"
         if plan is None or request.uid not in plan.members:
+            if plan is None:
+                self.barrier.take(spec.key)
             why = f"gang {spec.key}: {who} has no plan (released or expired); it is planned again"
             return Admission("done", spec.key, BindOutcome(why, "NoPlan"))
         planned = plan.members[request.uid]
@@ -139,19 +142,23 @@ class GangBinder:
         return [BindOutcome(reason, "RolledBack") for _ in requests]
 
     def expire(self) -> list[tuple[BindRequest, BindOutcome]]:
-        """Fail every gang whose barrier wait ran out; release their plans."""
+        """Answer every bind call whose barrier wait ran out; the members stay planned and
+        parked, and are bound with the rest of their gang once it arrives. Rooms of gangs that
+        lost their plan are dropped."""
+        for gang in self.barrier.gangs():
+            if self._planner.plan(gang) is None:
+                self.barrier.take(gang)
         answers = []
-        for room in self.barrier.expire(self._clock()):
-            plan = self._planner.plan(room.gang)
+        arrived = self.barrier.waiting()
+        for gang, items in self.barrier.expire(self._clock()):
+            plan = self._planner.plan(gang)
             need = len(plan.core) if plan else "?"
             reason = (
-                f"gang {room.gang}: only {len(room.arrivals)} of {need} members reached bind "
-                f"within {self.barrier.timeout:g}s; plan released, the gang is planned again"
+                f"gang {gang}: {arrived.get(gang, len(items))} of {need} members reached bind "
+                f"within {self.barrier.timeout:g}s; they keep their planned nodes and are bound "
+                "together with the rest"
             )
-            self._planner.release(room.gang, reason)
-            answers.extend(
-                (r, BindOutcome(reason, "BarrierTimeout")) for r in room.arrivals.values()
-            )
+            answers.extend((r, BindOutcome(reason, "BarrierTimeout")) for r in items)
         return answers
 
     def _roll_back(self, request: BindRequest, reason: str) -> None:

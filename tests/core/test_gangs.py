@@ -106,7 +106,7 @@ def test_barrier_binds_all_together() -> None:
     run(scenario())
 
 
-def test_barrier_timeout_fails_every_waiter_and_releases_the_plan() -> None:
+def test_barrier_timeout_answers_the_waiters_but_keeps_them_parked() -> None:
     async def scenario() -> None:
         cluster = Cluster([node("n", gpus=8)], barrier_timeout=0.2)
         gang = [member("g", i) for i in range(4)]
@@ -114,10 +114,30 @@ def test_barrier_timeout_fails_every_waiter_and_releases_the_plan() -> None:
         waiting = [cluster.attempt(p) for p in gang[:3]]
         outcomes = await asyncio.gather(*(t.bind for t in waiting))
         assert {o.reason for o in outcomes} == {"BarrierTimeout"}
-        assert "only 3 of 4 members reached bind within 0.2s" in outcomes[0].error
-        assert cluster.gateway.bindings == []
-        assert cluster.extender.planner.plan("default/g") is None
-        assert cluster.cache.view().used_of("n").gpu == 0  # reservations released
+        assert "3 of 4 members reached bind within 0.2s; they keep their planned nodes" in (
+            outcomes[0].error
+        )
+        assert cluster.gateway.bindings == []  # nothing bound: never a partial gang
+        plan = cluster.extender.planner.plan("default/g")
+        assert plan is not None and cluster.cache.view().used_of("n").gpu == 4000  # still held
+        # The last member arrives much later: the parked three are bound with it.
+        last = cluster.attempt(gang[3])
+        assert (await last.bind).error == ""
+        assert sorted(b[0] for b in cluster.gateway.bindings) == [p.key for p in gang]
+
+    run(scenario())
+
+
+def test_two_halves_arriving_apart_still_bind_together() -> None:
+    async def scenario() -> None:
+        cluster = Cluster([node("n", gpus=8)], barrier_timeout=0.1)
+        gang = [member("g", i) for i in range(4)]
+        cluster.cache.upsert_pods(gang)
+        first = await asyncio.gather(*(cluster.attempt(p).bind for p in gang[:2]))
+        assert {o.reason for o in first} == {"BarrierTimeout"}
+        second = await asyncio.gather(*(cluster.attempt(p).bind for p in gang[2:]))
+        assert [o.error for o in second] == ["", ""]
+        assert all(cluster.bound(p) == "n" for p in gang)
 
     run(scenario())
 
