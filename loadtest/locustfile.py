@@ -38,12 +38,14 @@ Environment:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from locust import FastHttpUser, constant, task
@@ -52,13 +54,10 @@ from app.core.clusterfile import load_cluster_file
 from app.core.errors import MusterError
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+#: A pod exactly as kube-scheduler 1.32 sent it (from the recorded fixtures).
+POD_TEMPLATE: dict[str, Any] = json.loads((Path(__file__).parent / "pod.json").read_text())
 NAMESPACES = ("team-a", "team-b", "research")
 GPU_CHOICES = (0, 1, 2, 4, 8)
-LAST_APPLIED = (
-    '{"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{},"labels":'
-    '{"app":"muster-load"},"name":"gpu-pod-1","namespace":"default"},"spec":{"containers":'
-    '[{"image":"registry.k8s.io/pause:3.10","name":"main"}],"terminationGracePeriodSeconds":0}}\n'
-)
 
 
 def load_node_names() -> list[str]:
@@ -103,66 +102,18 @@ def random_requests(rng: random.Random) -> dict[str, str]:
 
 
 def make_pod(name: str, uid: str, namespace: str, requests: dict[str, str]) -> dict[str, Any]:
-    """A pending pod as kube-scheduler embeds it in ExtenderArgs (camelCase, no kind)."""
+    """A pending pod as kube-scheduler embeds it in ExtenderArgs (camelCase, no kind): the
+    recorded kubectl-created pod of ``pod.json`` with this name, uid and requests."""
     limits = {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}
     resources = {"limits": limits, "requests": requests} if limits else {"requests": requests}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-            "resourceVersion": str(random.randint(1000, 10**7)),
-            "creationTimestamp": now,
-            "labels": {"app": "muster-load"},
-            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": LAST_APPLIED},
-            "managedFields": [
-                {
-                    "manager": "kubectl-client-side-apply",
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "time": now,
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
-                }
-            ],
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": resources,
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                    "imagePullPolicy": "IfNotPresent",
-                }
-            ],
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 0,
-            "dnsPolicy": "ClusterFirst",
-            "securityContext": {},
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-            ],
-            "priority": 0,
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
-        },
-        "status": {"phase": "Pending", "qosClass": "Burstable"},
-    }
+    pod = copy.deepcopy(POD_TEMPLATE)
+    meta = pod["metadata"]
+    meta.update(name=name, namespace=namespace, uid=uid, creationTimestamp=now)
+    meta.update(resourceVersion=str(random.randint(1000, 10**7)), labels={"app": "muster-load"})
+    meta["managedFields"][0]["time"] = now
+    pod["spec"]["containers"][0]["resources"] = resources
+    return pod
 
 
 def candidates(rng: random.Random) -> list[str]:
