@@ -102,10 +102,6 @@ class Snapshot:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
         return bool(pod.node_name) or pod.uid in self.assumed
 
-    def pods_on(self, node: str) -> list[Pod]:
-        """Pods counting against ``node`` (bound or assumed), in no particular order."""
-        return [self.pods[uid] for uid, where in self.placement.items() if where == node]
-
 
 def shortfall(requests: Resources, free: Iterable[int]) -> str:
     """Why ``requests`` do not fit into ``free``: ``"needs 4 nvidia.com/gpu, 2 free"``."""

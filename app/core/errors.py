@@ -22,13 +22,6 @@ class InvalidInput(MusterError, ValueError):
         self.field = field
         self.problem = problem
 
-    def under(self, prefix: str) -> InvalidInput:
-        """The same error with ``prefix`` prepended to its field path."""
-        field = f"{prefix}.{self.field}" if self.field else prefix
-        if self.field.startswith("["):
-            field = f"{prefix}{self.field}"
-        return InvalidInput(field, self.problem)
-
 
 class ClusterFileError(InvalidInput):
     """A standalone cluster file (YAML or openb CSV) cannot be loaded."""

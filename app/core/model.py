@@ -39,10 +39,6 @@ class Resources(NamedTuple):
         """Element-wise maximum."""
         return Resources(*(max(a, b) for a, b in zip(self, other, strict=True)))
 
-    def as_dict(self) -> dict[str, int]:
-        """``{resource name: milli amount}``."""
-        return dict(zip(RESOURCE_NAMES, self, strict=True))
-
 
 ZERO = Resources()
 
