@@ -10,14 +10,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from app.core.errors import InvalidInput
+from app.core.queuefile import QueueFile
+from app.core.queues import OPEN, QueueConfig
 from app.sim.engine import SimConfig, Simulation
 from app.sim.kubescheduler import SchedulerConfig
 from app.sim.metrics import Result
 from app.sim.policies import POLICIES, PolicyConfig
-from app.sim.report import plot, table, to_json
-from app.sim.workload import SEED_CLUSTER, SEED_WORKLOAD, Arrival, ClusterSpec, WorkloadSpec
+from app.sim.report import plot, queue_table, table, to_json
+from app.sim.scenarios import SCENARIOS, scale_queues
+from app.sim.workload import (
+    SEED_CLUSTER,
+    SEED_WORKLOAD,
+    Arrival,
+    ClusterSpec,
+    MixSpec,
+    WorkloadSpec,
+)
 
 PRESETS: dict[str, tuple[ClusterSpec, WorkloadSpec]] = {"seed": (SEED_CLUSTER, SEED_WORKLOAD)}
+Workload = WorkloadSpec | MixSpec
 
 # option -> (spec, field); a given option overrides the preset's value.
 _CLUSTER = {"nodes": "nodes", "node_cpu": "cpu", "node_gpus": "gpus", "node_memory": "memory_gib"}
@@ -25,8 +37,10 @@ _WORKLOAD = {
     "jobs": "jobs", "pods_per_job": "pods_per_job", "min_member": "min_member",
     "pod_cpu": "pod_cpu", "pod_gpus": "pod_gpus", "pod_memory": "pod_memory_gib",
     "runtime": "runtime", "jitter": "jitter", "arrival": "arrival", "deadline": "deadline",
-    "seed": "seed",
+    "seed": "seed", "queue": "queue", "priority": "priority",
+    "declare_runtime": "declare_runtime",
 }  # fmt: skip
+_MIX = {"jobs": "jobs", "seed": "seed"}  # what a mixed preset takes from the options
 
 
 def _floats(text: str) -> list[float]:
@@ -58,9 +72,10 @@ def _arrival(text: str) -> Arrival:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``muster simulate``."""
-    p.add_argument("--preset", choices=sorted(PRESETS),
-                   help="start from a preset (seed: the issue's seed experiment); "
-                        "other options override it")  # fmt: skip
+    p.add_argument("--preset", choices=sorted({*PRESETS, *SCENARIOS}),
+                   help="start from a preset (seed: the issue's seed experiment; queues, "
+                        "backfill, preemption: mixed GPU workloads, of whose workload options "
+                        "only --jobs and --seed apply); other options override it")  # fmt: skip
     p.add_argument(
         "--scale",
         type=float,
@@ -96,6 +111,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a job not fully started this long after submission fails (0: none)",
     )
     w.add_argument("--seed", type=int, help="random seed of the workload")
+    w.add_argument("--queue", help="muster.io/queue of every job (default: the default queue)")
+    w.add_argument("--priority", type=int, help="priority (PriorityClass value) of every job")
+    w.add_argument(
+        "--declare-runtime",
+        action="store_true",
+        default=None,
+        help="jobs declare muster.io/expected-runtime (their longest runtime)",
+    )
+    q = p.add_argument_group("queues, backfill, preemption (Muster)")
+    q.add_argument(
+        "--queues",
+        type=Path,
+        metavar="FILE",
+        help="Muster's queue file (the --queues YAML of `muster serve`)",
+    )
+    q.add_argument(
+        "--backfill",
+        choices=["on", "off", "both"],
+        help="off: strip muster.io/expected-runtime from every pod, so nothing "
+        "backfills reserved room (Muster has no switch); both: run each "
+        "(default: on, or the preset's)",
+    )
+    q.add_argument(
+        "--min-runtime",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="Muster's --min-runtime: younger gangs are never preempted (default 0)",
+    )
+    q.add_argument("--no-preemption", action="store_true", help="Muster's --no-preemption")
+    q.add_argument(
+        "--default-runtime",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="Muster's --default-runtime for pods that declare none (default 3600)",
+    )
+    q.add_argument(
+        "--reservation-slack",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="the largest job is on time if it starts within its reservation's "
+        "estimate plus this (default 60)",
+    )
+    q.add_argument(
+        "--sample-interval",
+        type=float,
+        metavar="SECONDS",
+        help="how often the cluster and queues are sampled (default 1, presets 10)",
+    )
     s = p.add_argument_group("scheduling")
     s.add_argument(
         "--policies",
@@ -170,11 +236,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
-def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, WorkloadSpec]:
+def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, Workload]:
     """The cluster and workload the options describe (preset, then overrides, then scale)."""
-    cluster, workload = PRESETS[args.preset] if args.preset else (ClusterSpec(), WorkloadSpec())
+    workload: Workload
+    if args.preset in SCENARIOS:
+        scenario = SCENARIOS[args.preset]
+        cluster, workload = scenario.cluster, replace(scenario.mix, **_given(args, _MIX))
+    else:
+        cluster, single = PRESETS[args.preset] if args.preset else (ClusterSpec(), WorkloadSpec())
+        workload = replace(single, **_given(args, _WORKLOAD))
     cluster = replace(cluster, **_given(args, _CLUSTER))
-    workload = replace(workload, **_given(args, _WORKLOAD))
     if args.scale != 1.0:
         if args.scale <= 0:
             raise ValueError("--scale must be positive")
@@ -183,13 +254,27 @@ def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, WorkloadSpec]:
     return cluster, workload
 
 
+def build_queues(args: argparse.Namespace) -> QueueConfig:
+    """``--queues FILE`` (validated as Muster validates it), else the preset's tree scaled
+    with ``--scale``, else the open queue."""
+    if args.queues is not None:
+        try:
+            return QueueFile(args.queues).config
+        except InvalidInput as exc:
+            raise ValueError(f"--queues {args.queues}: {exc}") from exc
+    scenario = SCENARIOS.get(args.preset or "")
+    if scenario is not None and scenario.queues is not None:
+        return scale_queues(scenario.queues, args.scale)
+    return OPEN
+
+
 def _given(args: argparse.Namespace, mapping: dict[str, str]) -> dict[str, Any]:
     return {spec: getattr(args, opt) for opt, spec in mapping.items()
             if getattr(args, opt) is not None}  # fmt: skip
 
 
-def build_configs(args: argparse.Namespace, workload: WorkloadSpec) -> list[SimConfig]:
-    """One run per policy and backoff setting."""
+def build_configs(args: argparse.Namespace, workload: Workload) -> list[SimConfig]:
+    """One run per policy, backoff setting and backfill setting."""
     backoffs = list(itertools.product(args.initial_backoff, args.max_backoff))
     policy_config = PolicyConfig(
         bind_latency=args.bind_latency,
@@ -198,23 +283,36 @@ def build_configs(args: argparse.Namespace, workload: WorkloadSpec) -> list[SimC
         plan_ttl=args.plan_ttl,
         planner_poll=args.planner_poll,
         seed=workload.seed,
+        queues=build_queues(args),
+        min_runtime=args.min_runtime,
+        preemption=not args.no_preemption,
+        default_runtime=args.default_runtime,
     )
+    scenario = SCENARIOS.get(args.preset or "")
+    backfill = args.backfill or (scenario.backfill if scenario else "on")
+    modes = {"on": [True], "off": [False], "both": [True, False]}[backfill]
+    interval = args.sample_interval or (scenario.sample_interval if scenario else 1.0)
     configs = []
-    for policy in args.policies:
-        for initial, maximum in backoffs:
-            label = policy if len(backoffs) == 1 else f"{policy} {initial:g}/{maximum:g}s"
-            scheduler = SchedulerConfig(
-                initial_backoff=initial, max_backoff=maximum, attempt_cost=args.attempt_cost
-            )
-            configs.append(SimConfig(policy=policy, scheduler=scheduler,
-                                     policy_config=policy_config, max_time=args.max_time,
-                                     label=label))  # fmt: skip
+    for policy, (initial, maximum), mode in itertools.product(args.policies, backoffs, modes):
+        label = policy if len(backoffs) == 1 else f"{policy} {initial:g}/{maximum:g}s"
+        if len(modes) > 1 or not mode:
+            label += " backfill" if mode else " no-backfill"
+        scheduler = SchedulerConfig(
+            initial_backoff=initial, max_backoff=maximum, attempt_cost=args.attempt_cost
+        )
+        configs.append(SimConfig(policy=policy, scheduler=scheduler,
+                                 policy_config=policy_config, max_time=args.max_time,
+                                 label=label, backfill=mode, sample_interval=interval,
+                                 reservation_slack=args.reservation_slack))  # fmt: skip
     return configs
 
 
-def describe(cluster: ClusterSpec, workload: WorkloadSpec) -> str:
+def describe(cluster: ClusterSpec, workload: Workload) -> str:
     """One paragraph saying what is simulated."""
     gpus = f", {cluster.gpus} GPUs" if cluster.gpus else ""
+    if isinstance(workload, MixSpec):
+        classes = "; ".join(_describe_class(s) for s in workload.specs())
+        return f"{cluster.nodes} nodes x {cluster.cpu:g} CPU{gpus}; {classes}"
     pod_gpus = f", {workload.pod_gpus} GPU" if workload.pod_gpus else ""
     gang = workload.min_member or workload.pods_per_job
     deadline = f"{workload.deadline:g} s deadline" if workload.deadline else "no deadline"
@@ -223,6 +321,19 @@ def describe(cluster: ClusterSpec, workload: WorkloadSpec) -> str:
         f"{workload.pods_per_job} pods x {workload.pod_cpu:g} CPU{pod_gpus}, gang of {gang}, "
         f"runtime {workload.runtime:g} s +- {100 * workload.jitter:g}%, arrival "
         f"{workload.arrival}, {deadline}, seed {workload.seed}"
+    )
+
+
+def _describe_class(spec: WorkloadSpec) -> str:
+    pod_gpus = f", {spec.pod_gpus} GPU" if spec.pod_gpus else ""
+    queue = f" in queue {spec.queue}" if spec.queue else ""
+    priority = f", priority {spec.priority}" if spec.priority else ""
+    start = f" from {spec.offset:g} s" if spec.offset else ""
+    declared = ", runtime declared" if spec.declare_runtime else ""
+    return (
+        f"{spec.jobs} {spec.prefix} jobs{queue} x {spec.pods_per_job} pods x {spec.pod_cpu:g} "
+        f"CPU{pod_gpus}{priority}, runtime {spec.runtime:g} s +- {100 * spec.jitter:g}%"
+        f"{declared}, arrival {spec.arrival}{start}"
     )
 
 
@@ -243,6 +354,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     print(describe(cluster, workload), file=out)
     print(file=out)
     print(table(results), file=out)
+    for result in results:
+        if result.queues:
+            print(f"\nqueues ({result.label}):", file=out)
+            print(queue_table(result), file=out)
     if args.json:
         args.json.write_text(json.dumps(to_json(results), indent=2) + "\n")
     if args.plot:

@@ -31,15 +31,27 @@ import numpy as np
 
 from app.core.cache import ClusterCache
 from app.core.model import Pod
+from app.core.policies.drf import deserved
+from app.core.queueing import QueueUsage
+from app.core.queues import OPEN
+from app.core.runtime import EXPECTED_RUNTIME
 from app.sim import bounds
 from app.sim.apiserver import SimApi
 from app.sim.clock import Event, SimClock
 from app.sim.kubescheduler import Decision, KubeScheduler, SchedulerConfig, SchedulingPolicy
-from app.sim.metrics import JobRecord, Result, Sample, TimeIntegral, percentile
+from app.sim.metrics import (
+    JobRecord,
+    QueueSample,
+    Result,
+    Sample,
+    TimeIntegral,
+    percentile,
+    queue_figures,
+)
 from app.sim.policies import MusterPolicy, PolicyConfig, make_policy
-from app.sim.workload import ClusterSpec, Job, WorkloadSpec, generate
+from app.sim.workload import ClusterSpec, Job, MixSpec, WorkloadSpec, generate, generate_mix
 
-_GPU, _CPU, _PODS = 0, 1, 3
+_GPU, _CPU, _MEM, _PODS = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,11 @@ class SimConfig:
     #: Stop here even if jobs are left (default: generous, from the workload's bounds).
     max_time: float | None = None
     label: str = ""
+    #: False: pods lose ``muster.io/expected-runtime``, so nothing may backfill reserved room
+    #: (Muster has no switch to turn backfill off; this is how the simulator emulates it).
+    backfill: bool = True
+    #: The largest job is "on time" if it starts within its reservation's estimate plus this.
+    reservation_slack: float = 60.0
 
 
 @dataclass(slots=True)
@@ -64,6 +81,8 @@ class _JobState:
     deadline_event: Event | None = None
     completion_event: Event | None = None
     recreated: int = 0
+    bound_at: dict[str, float] = field(default_factory=dict)
+    interrupted: bool = False  # preempted, its pods being evicted
 
     @property
     def started(self) -> bool:
@@ -100,7 +119,7 @@ class Simulation:
     def __init__(
         self,
         cluster: ClusterSpec,
-        workload: WorkloadSpec | list[Job],
+        workload: WorkloadSpec | MixSpec | list[Job],
         config: SimConfig | None = None,
     ) -> None:
         self.config = config or SimConfig()
@@ -116,10 +135,15 @@ class Simulation:
         self.scheduler = KubeScheduler(
             self.clock, self._timed, self.cache.pod, self.config.scheduler
         )
-        self.jobs = generate(workload) if isinstance(workload, WorkloadSpec) else list(workload)
+        if isinstance(workload, WorkloadSpec):
+            self.jobs = generate(workload)
+        elif isinstance(workload, MixSpec):
+            self.jobs = generate_mix(workload)
+        else:
+            self.jobs = list(workload)
         self.capacity = cluster.capacity
         self._cap = np.asarray(self.capacity, dtype=np.float64)
-        self._states = [_JobState(j, JobRecord(j.name, j.arrival, j.runtime)) for j in self.jobs]
+        self._states = [_JobState(j, self._record(j)) for j in self.jobs]
         self._owner: dict[str, _JobState] = {}
         self._used = np.zeros(len(self.capacity), dtype=np.int64)
         self._partial = 0
@@ -133,6 +157,23 @@ class Simulation:
         self._reserved_generation = -1
         self.clock.after_each(self._track_reserved)
         self.samples: list[Sample] = []
+        self._queue_config = self.config.policy_config.queues
+        self._queues = sorted({s.record.queue for s in self._states})
+        self._track_queues = self._queue_config is not OPEN or any(j.queue for j in self.jobs)
+        width = len(self.capacity)
+        self._q_used = {q: np.zeros(width, dtype=np.int64) for q in self._queues}
+        self._q_pending = {q: np.zeros(width, dtype=np.int64) for q in self._queues}
+        self._q_waiting = dict.fromkeys(self._queues, 0)
+        self.queue_samples: list[QueueSample] = []
+        self.reservations: dict[str, tuple[float, float]] = {}  # gang -> (when, expected start)
+        if isinstance(self.policy, MusterPolicy):
+            self.clock.after_each(self._track_reservation)
+        self._evicted_pods = 0
+        self._lost = np.zeros(width)  # resource-milli-seconds of evicted pods' running time
+
+    def _record(self, job: Job) -> JobRecord:
+        queue = job.queue or self.config.policy_config.queues.default_queue
+        return JobRecord(job.name, job.arrival, job.runtime, queue=queue, priority=job.priority)
 
     # -- observation -----------------------------------------------------------------------
 
@@ -178,12 +219,18 @@ class Simulation:
     def _create(self, state: _JobState, pod: Pod) -> None:
         if state.done:
             return
+        if not self.config.backfill and EXPECTED_RUNTIME in pod.labels:
+            kept = {k: v for k, v in pod.labels.items() if k != EXPECTED_RUNTIME}
+            pod = replace(pod, labels=kept)
         self._owner[pod.uid] = state
         state.live[pod.uid] = pod
         self.api.create(pod)
 
     def _start(self, state: _JobState) -> None:
         state.record.started = self.clock.now
+        if state.record.first_started is None:
+            state.record.first_started = self.clock.now
+        state.interrupted = False
         self._partial -= len(state.bound)
         self._running += 1
         if state.deadline_event is not None:
@@ -237,13 +284,52 @@ class Simulation:
                 reserved_pods=self._reserved,
             )
         )
+        if self._track_queues:
+            self.queue_samples.append(self._queue_sample())
         if reschedule:
             self.clock.after(self.config.sample_interval, self._sample)
+
+    def _queue_sample(self) -> QueueSample:
+        """Each queue's dominant share now, and what DRF says it deserves given what every
+        queue holds and still wants. A queue's dominant resource is the one it wants most of
+        (held plus pending, as a fraction of the cluster)."""
+        config = self._queue_config
+        usage = QueueUsage(config, self.capacity_array)
+        for q in self._queues:
+            if q in config.queues:
+                usage.add(q, self._q_used[q])
+                usage.add(q, self._q_pending[q], pending=True)
+        fair = deserved(usage)
+        cap = np.where(self._cap > 0, self._cap, np.inf)[:_PODS]
+        share, due = {}, {}
+        for q in self._queues:
+            want = (self._q_used[q] + self._q_pending[q])[:_PODS] / cap
+            k = int(np.argmax(want))
+            share[q] = float(self._q_used[q][k] / cap[k])
+            due[q] = float(fair[q][k] / cap[k]) if q in fair else 0.0
+        saturated = all(self._q_waiting[q] > 0 for q in self._queues)
+        return QueueSample(self.clock.now, share, due, saturated)
+
+    @property
+    def capacity_array(self) -> np.ndarray:
+        """The cluster's allocatable, milli-units per resource."""
+        return np.asarray(self.capacity, dtype=np.int64)
+
+    def _track_reservation(self) -> None:
+        """Remember each gang's first head-of-line reservation: when, and its expected start."""
+        assert isinstance(self.policy, MusterPolicy)
+        head = self.policy.planner.reservation
+        if head is not None and head.gang not in self.reservations:
+            self.reservations[head.gang] = (self.clock.now, head.start)
 
     # -- the watch (SimApi reports every change here) --------------------------------------
 
     def pod_added(self, pod: Pod) -> None:
         self._pending += 1
+        state = self._owner.get(pod.uid)
+        if state is not None:
+            self._q_pending[state.record.queue] += np.asarray(pod.requests, dtype=np.int64)
+            self._q_waiting[state.record.queue] += 1
         self.scheduler.pod_added(pod)
 
     def pod_bound(self, uid: str, node: str) -> None:
@@ -253,8 +339,14 @@ class Simulation:
         self._advance(self.clock.now)
         pod = state.live[uid]
         state.bound.add(uid)
-        self._used += np.asarray(pod.requests, dtype=np.int64)
+        state.bound_at[uid] = self.clock.now
+        amount = np.asarray(pod.requests, dtype=np.int64)
+        self._used += amount
         self._pending -= 1
+        queue = state.record.queue
+        self._q_used[queue] += amount
+        self._q_pending[queue] -= amount
+        self._q_waiting[queue] -= 1
         self.api.start(uid, self.clock.now)
         if not state.started:
             self._partial += 1
@@ -272,13 +364,20 @@ class Simulation:
             if by_scheduler and state.started and not state.done:
                 self._interrupt(state)
             original = state.live.pop(pod.uid)
+            amount = np.asarray(original.requests, dtype=np.int64)
+            queue = state.record.queue
             if pod.uid in state.bound:
                 state.bound.discard(pod.uid)
-                self._used -= np.asarray(original.requests, dtype=np.int64)
+                self._used -= amount
+                self._q_used[queue] -= amount
+                if by_scheduler and state.interrupted:
+                    self._evicted(state, pod.uid, amount)
                 if not state.started:
                     self._partial -= 1
             else:
                 self._pending -= 1
+                self._q_pending[queue] -= amount
+                self._q_waiting[queue] -= 1
         self.scheduler.pod_deleted(pod.uid, assigned=assigned)
         if by_scheduler and state is not None and not state.done:
             self._recreate(state, pod)
@@ -289,8 +388,15 @@ class Simulation:
         if state.completion_event is not None:
             state.completion_event.cancel()
         state.record.started = None
+        state.record.evictions += 1
+        state.interrupted = True
         self._running -= 1
         self._partial += len(state.bound)
+
+    def _evicted(self, state: _JobState, uid: str, amount: np.ndarray) -> None:
+        """Account an evicted pod of a preempted job: its running time is lost work."""
+        self._evicted_pods += 1
+        self._lost += amount * (self.clock.now - state.bound_at.pop(uid, self.clock.now))
 
     def _recreate(self, state: _JobState, pod: Pod) -> None:
         """The job controller replaces a pod Muster deleted (a rolled-back gang member)."""
@@ -323,6 +429,8 @@ class Simulation:
                 barrier_timeouts=self.policy.barrier_timeouts,
                 rollbacks=self.policy.rollbacks,
             )
+        extra.update(self._preemption_figures(records))
+        extra.update(self._largest_job_figures())
         return Result(
             label=self.config.label or self.config.policy,
             policy=self.config.policy,
@@ -346,4 +454,56 @@ class Simulation:
             extra=extra,
             samples=self.samples,
             records=records,
+            queues=[queue_figures(q, records, self.queue_samples) for q in self._queues]
+            if self._track_queues
+            else [],
+            queue_samples=self.queue_samples,
         )
+
+    def _preemption_figures(self, records: list[JobRecord]) -> dict[str, float]:
+        """Evictions, the work they lost, and how long the highest-priority jobs waited (only
+        when jobs have more than one priority)."""
+        out = {
+            "evicted_pods": float(self._evicted_pods),
+            "evicted_gangs": float(sum(r.evictions for r in records)),
+            "gpu_hours_lost": float(self._lost[_GPU]) / 1000 / 3600,
+            "cpu_hours_lost": float(self._lost[_CPU]) / 1000 / 3600,
+        }
+        priorities = {r.priority for r in records}
+        if len(priorities) > 1:
+            top = max(priorities)
+            waits = [r.first_started - r.arrival for r in records
+                     if r.priority == top and r.first_started is not None]  # fmt: skip
+            out["high_priority_jobs"] = float(sum(1 for r in records if r.priority == top))
+            out["high_priority_started"] = float(len(waits))
+            if waits:
+                out["preemption_latency_p50"] = float(np.percentile(waits, 50))
+                out["preemption_latency_max"] = float(max(waits))
+        return out
+
+    def largest_job(self) -> _JobState:
+        """The job asking for the most (GPUs, then CPU), the earliest among equals."""
+        return max(self._states, key=lambda s: (
+            sum(p.requests[_GPU] for p in s.job.pods),
+            sum(p.requests[_CPU] for p in s.job.pods),
+            -s.job.arrival,
+        ))  # fmt: skip
+
+    def _largest_job_figures(self) -> dict[str, float]:
+        """The largest job's wait, and its first reservation's estimate against its start."""
+        state = self.largest_job()
+        record = state.record
+        out: dict[str, float] = {}
+        if record.first_started is not None:
+            out["largest_wait"] = record.first_started - record.arrival
+        key = f"{state.job.pods[0].namespace}/{state.job.name}"
+        if key in self.reservations:
+            when, start = self.reservations[key]
+            out["largest_reserved_at"] = when
+            out["largest_estimated_start"] = start
+            if record.first_started is not None:
+                out["largest_started"] = record.first_started
+                slip = record.first_started - start
+                out["largest_start_slip"] = slip
+                out["largest_on_time"] = float(slip <= self.config.reservation_slack)
+        return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.core.binding import Binder
 from app.core.cache import ClusterCache
@@ -39,6 +39,8 @@ from app.core.model import Pod
 from app.core.planner import Planner
 from app.core.podgroup import gang_spec
 from app.core.prioritize import prioritize
+from app.core.queuefile import QueueFile
+from app.core.queues import OPEN, QueueConfig
 from app.sim.apiserver import SimApi
 from app.sim.clock import SimClock
 from app.sim.kubescheduler import Decision
@@ -57,6 +59,26 @@ class PolicyConfig:
     plan_ttl: float = 60.0
     planner_poll: float = 0.05
     seed: int = 0  # tie-breaking among equally scored nodes
+    #: Muster's queue tree (``--queues FILE`` or a preset's); the open queue by default.
+    queues: QueueConfig = field(default=OPEN)
+    #: Muster's ``--min-runtime``: running gangs younger than this are never preempted.
+    min_runtime: float = 0.0
+    preemption: bool = True
+    #: Muster's ``--default-runtime``: expected runtime of pods that declare none.
+    default_runtime: float = 3600.0
+
+
+class StaticQueues(QueueFile):
+    """A ``QueueFile`` holding one fixed configuration (no file to reload)."""
+
+    def __init__(self, config: QueueConfig) -> None:
+        super().__init__(None)
+        self._fixed = config
+
+    @property
+    def config(self) -> QueueConfig:
+        """The configuration given."""
+        return self._fixed
 
 
 def select_host(scores: Sequence[tuple[str, int]], rng: random.Random) -> str:
@@ -138,8 +160,10 @@ class MusterPolicy:
         self._gates = gates
         self._rng = random.Random(config.seed)
         self.planner = Planner(
-            cache, strategy=config.strategy, plan_ttl=config.plan_ttl, clock=clock, wall=clock
-        )
+            cache, strategy=config.strategy, plan_ttl=config.plan_ttl, clock=clock, wall=clock,
+            queues=StaticQueues(config.queues), min_runtime=config.min_runtime,
+            preemption=config.preemption, default_runtime=config.default_runtime,
+        )  # fmt: skip
         self.extender = Extender(
             cache, api, strategy=config.strategy, planner=self.planner,
             barrier_timeout=config.barrier_timeout,
@@ -211,6 +235,8 @@ class MusterPolicy:
                 waiting[1](request.uid, outcome.error)
 
     def _poll(self) -> None:
+        # A cycle, then the evictions it chose (whole gangs, through the SimApi's Eviction
+        # API: the engine restarts the victims' jobs), then the nudges.
         self.loop.run_once()
         self._clock.after(self._config.planner_poll, self._poll)
 

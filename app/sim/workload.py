@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from app.core import labels
 from app.core.model import GPU_PRODUCT_LABEL, Node, Pod, Resources
+from app.core.runtime import EXPECTED_RUNTIME
 
 GIB = 2**30
 _ARRIVAL, _RUNTIME = 1, 2  # random streams
@@ -129,6 +130,15 @@ class WorkloadSpec:
     namespace: str = "sim"
     create_gap: float = 0.005
     create_workers: int = 5
+    #: ``muster.io/queue`` of every pod ("" for none: the default queue).
+    queue: str = ""
+    #: Declare ``muster.io/expected-runtime`` on every pod: the job's longest possible
+    #: runtime (``runtime * (1 + jitter)``), so the declaration is never below the actual.
+    declare_runtime: bool = False
+    #: Job names are ``{prefix}-NNNN``.
+    prefix: str = "job"
+    #: Submission times start here (seconds).
+    offset: float = 0.0
 
     def __post_init__(self) -> None:
         if self.jobs < 1 or self.pods_per_job < 1:
@@ -164,6 +174,8 @@ class Job:
     min_member: int
     pods: tuple[Pod, ...]
     pod_times: tuple[float, ...]
+    queue: str = ""
+    priority: int = 0
 
     @property
     def ready(self) -> float:
@@ -173,7 +185,8 @@ class Job:
 
 def generate(spec: WorkloadSpec) -> list[Job]:
     """The jobs of ``spec``, in submission order."""
-    arrivals = spec.arrival.times(spec.jobs, np.random.default_rng([spec.seed, _ARRIVAL]))
+    rng = np.random.default_rng([spec.seed, _ARRIVAL])
+    arrivals = spec.offset + spec.arrival.times(spec.jobs, rng)
     spread = spec.runtime * spec.jitter
     runtimes = np.random.default_rng([spec.seed, _RUNTIME]).uniform(
         spec.runtime - spread, spec.runtime + spread, spec.jobs
@@ -182,10 +195,11 @@ def generate(spec: WorkloadSpec) -> list[Job]:
     width = max(len(str(spec.jobs - 1)), 4)
     minimum = spec.min_member or spec.pods_per_job
     requests = spec.requests
+    extra = _class_labels(spec)
     jobs = []
     for j in range(spec.jobs):
-        name = f"job-{j:0{width}d}"
-        gang_labels = {labels.POD_GROUP: name, labels.MIN_MEMBER: str(minimum)}
+        name = f"{spec.prefix}-{j:0{width}d}"
+        gang_labels = {labels.POD_GROUP: name, labels.MIN_MEMBER: str(minimum), **extra}
         times = tuple(float(starts[j]) + k * spec.create_gap for k in range(spec.pods_per_job))
         pods = tuple(
             Pod(
@@ -209,9 +223,61 @@ def generate(spec: WorkloadSpec) -> list[Job]:
                 min_member=minimum,
                 pods=pods,
                 pod_times=times,
+                queue=spec.queue,
+                priority=spec.priority,
             )
         )
     return jobs
+
+
+def _class_labels(spec: WorkloadSpec) -> dict[str, str]:
+    """Queue and declared runtime labels every pod of ``spec`` carries."""
+    out = {}
+    if spec.queue:
+        out[labels.QUEUE] = spec.queue
+    if spec.declare_runtime:
+        out[EXPECTED_RUNTIME] = str(math.ceil(spec.runtime * (1 + spec.jitter)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobClass:
+    """One kind of job in a mixed workload: ``share`` of the jobs are like ``spec`` (whose
+    ``jobs`` is ignored; its queue, priority, sizes, runtime and arrival are used)."""
+
+    spec: WorkloadSpec
+    share: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class MixSpec:
+    """``jobs`` jobs split among ``classes`` in proportion to their shares."""
+
+    jobs: int
+    classes: tuple[JobClass, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1 or not self.classes or any(c.share <= 0 for c in self.classes):
+            raise ValueError("a mix needs jobs, classes and positive shares")
+
+    def counts(self) -> list[int]:
+        """Jobs per class (at least one each), in proportion to the shares."""
+        total = sum(c.share for c in self.classes)
+        return [max(1, round(self.jobs * c.share / total)) for c in self.classes]
+
+    def specs(self) -> list[WorkloadSpec]:
+        """Each class's spec with its job count, seed and a distinct name prefix."""
+        return [
+            replace(c.spec, jobs=n, seed=self.seed + i, prefix=f"{c.spec.prefix}{i}")
+            for i, (c, n) in enumerate(zip(self.classes, self.counts(), strict=True))
+        ]
+
+
+def generate_mix(mix: MixSpec) -> list[Job]:
+    """Every class's jobs, merged in submission order."""
+    jobs = [job for spec in mix.specs() for job in generate(spec)]
+    return sorted(jobs, key=lambda j: (j.arrival, j.name))
 
 
 def _creation_starts(arrivals: np.ndarray, per_job: int, gap: float, workers: int) -> list[float]:
