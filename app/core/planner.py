@@ -149,6 +149,7 @@ class Planner:
         self._preemption = preemption
         self._evictions: list[Eviction] = []
         self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
+        self._units_memo: tuple[tuple[int, int, int], Snapshot, list[Unit]] | None = None
         self._default_runtime = default_runtime
         self._wall = wall
         self._head: Reservation | None = None
@@ -468,17 +469,11 @@ class Planner:
             return False  # only strictly lower-priority work can give way, and none runs
         wall = self._wall()
         self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
-        snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
+        snapshot, all_units = self._running_units(config, wall)
         taken = {uid for plan in self._plans.values() for uid in plan.victims}
         units = [
             u
-            for u in running_units(
-                snapshot,
-                gangs_of(snapshot),
-                lambda p: queue_name(p, config, self._scheduler_name),
-                now=wall,
-                min_runtime=self._min_runtime,
-            )
+            for u in all_units
             if u.key not in self._blocked and not any(p.uid in taken for p in u.pods)
         ]
         priority = max(p.priority for p in core)
@@ -525,6 +520,22 @@ class Planner:
             held = [p.priority for p in snapshot.pods.values() if snapshot.holds_node(p)]
             self._lowest = (generation, min(held, default=None))
         return self._lowest[1]
+
+    def _running_units(self, config: QueueConfig, wall: float) -> tuple[Snapshot, list[Unit]]:
+        """The snapshot and its victim units, computed once per cache generation and second
+        (every gang that does not fit asks; protection by age changes by the second)."""
+        key = (self._cache.generation, int(wall), id(config))
+        if self._units_memo is None or self._units_memo[0] != key:
+            snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
+            units = running_units(
+                snapshot,
+                gangs_of(snapshot),
+                lambda p: queue_name(p, config, self._scheduler_name),
+                now=wall,
+                min_runtime=self._min_runtime,
+            )
+            self._units_memo = (key, snapshot, units)
+        return self._units_memo[1], self._units_memo[2]
 
     def _victims_left(self, plan: Plan) -> int:
         """How many of ``plan``'s victims are still there."""
