@@ -80,15 +80,19 @@ QUEUES = Scenario(
 )  # fmt: skip
 
 #: A whole-cluster gang (8 x 8 GPUs) submitted at 5 min into a stream of 4-GPU single-pod jobs
-#: that keep 64 GPUs busy; every job declares its longest runtime.
+#: that keep 64 GPUs busy, and a stream of short 1-GPU jobs that can fill the reserved holes;
+#: every job declares its longest runtime.
 BACKFILL = Scenario(
     cluster=ClusterSpec(nodes=8, cpu=64.0, gpus=8, memory_gib=512.0),
     mix=MixSpec(
-        jobs=201,
+        jobs=301,
         classes=(
             JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=4, pod_cpu=4, runtime=600,
                                   jitter=0.5, arrival=Arrival("poisson", 0.04),
                                   declare_runtime=True, prefix="small", **_NO_DEADLINE), 200),
+            JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=1, pod_cpu=2, runtime=90,
+                                  jitter=0.5, arrival=Arrival("poisson", 0.05),
+                                  declare_runtime=True, prefix="short", **_NO_DEADLINE), 100),
             JobClass(WorkloadSpec(pods_per_job=8, pod_gpus=8, pod_cpu=8, runtime=1200,
                                   jitter=0.0, offset=300.0, declare_runtime=True,
                                   prefix="big", **_NO_DEADLINE), 1),
