@@ -79,27 +79,28 @@ QUEUES = Scenario(
     about="3 queues (weights 2:1:1, guarantees 32/16/16 GPUs), all saturated",
 )  # fmt: skip
 
-#: A whole-cluster gang (8 x 8 GPUs) submitted at 5 min into a stream of 4-GPU single-pod jobs
-#: that keep 64 GPUs busy, and a stream of short 1-GPU jobs that can fill the reserved holes;
-#: every job declares its longest runtime.
+#: A whole-cluster gang (8 x 8 GPUs) submitted at 5 min behind long 4-GPU jobs that fill the
+#: cluster, and a stream of short 1-GPU jobs that can fill the holes the draining nodes leave
+#: while they are held for the gang; every job declares its longest runtime.
 BACKFILL = Scenario(
     cluster=ClusterSpec(nodes=8, cpu=64.0, gpus=8, memory_gib=512.0),
     mix=MixSpec(
-        jobs=301,
+        jobs=441,
         classes=(
-            JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=4, pod_cpu=4, runtime=600,
-                                  jitter=0.5, arrival=Arrival("poisson", 0.04),
-                                  declare_runtime=True, prefix="small", **_NO_DEADLINE), 200),
-            JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=1, pod_cpu=2, runtime=90,
-                                  jitter=0.5, arrival=Arrival("poisson", 0.05),
-                                  declare_runtime=True, prefix="short", **_NO_DEADLINE), 100),
+            JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=4, pod_cpu=4, runtime=900,
+                                  jitter=0.5, arrival=Arrival("poisson", 0.2),
+                                  declare_runtime=True, prefix="small", **_NO_DEADLINE), 40),
+            JobClass(WorkloadSpec(pods_per_job=1, pod_gpus=1, pod_cpu=2, runtime=60,
+                                  jitter=0.5, arrival=Arrival("poisson", 0.25),
+                                  declare_runtime=True, prefix="short", **_NO_DEADLINE), 400),
             JobClass(WorkloadSpec(pods_per_job=8, pod_gpus=8, pod_cpu=8, runtime=1200,
                                   jitter=0.0, offset=300.0, declare_runtime=True,
                                   prefix="big", **_NO_DEADLINE), 1),
         ),
     ),
     backfill="both",
-    about="a whole-cluster gang behind a stream of small jobs; with and without backfill",
+    about="a whole-cluster gang behind long 4-GPU jobs and a stream of short 1-GPU jobs; "
+          "with and without backfill",
 )  # fmt: skip
 
 #: 12 low-priority 16-GPU gangs fill 64 GPUs at 0; 4 high-priority 32-GPU gangs arrive
