@@ -1,0 +1,268 @@
+"""Fragmentation-aware placement: FGD keeps whole GPUs for whole-GPU asks where best-fit
+breaks them; the vectorised fragmentation equals its definition; Muster's default keeps
+GPU-dense nodes fed with cpu."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.policies.fgd import (
+    FgdPolicy,
+    FragTable,
+    MusterPolicy,
+    RecentMix,
+    TaskClass,
+    WorkloadMix,
+    fragmentation,
+)
+from app.core.policies.gpushare import (
+    BestFitPolicy,
+    GpuPackingPolicy,
+    PlacementPolicy,
+    RandomPolicy,
+    place,
+)
+
+HALF = PodAsk(GpuAsk.fraction(500), cpu=1000, memory=1000)
+ONE = PodAsk(GpuAsk.whole(1), cpu=1000, memory=1000)
+#: the workload: as many half-GPU pods as whole-GPU pods
+MIX = WorkloadMix.of([HALF, ONE])
+
+
+def table(gpus: Sequence[int], *, cpu: int = 64_000, memory: int = 256_000) -> GpuTable:
+    n = len(gpus)
+    return GpuTable([f"n{i}" for i in range(n)], gpus, ["V100"] * n, [cpu] * n, [memory] * n)
+
+
+def run(policy: PlacementPolicy, t: GpuTable, asks: Sequence[PodAsk]) -> list[str | None]:
+    """Place ``asks`` in order; the node each went to (None: dropped)."""
+    out = []
+    for ask in asks:
+        pick = place(policy, t, ask)
+        out.append(None if pick is None else t.names[pick.row])
+    return out
+
+
+def test_fgd_keeps_a_whole_gpu_that_best_fit_breaks() -> None:
+    # n0: 2 GPUs, one half used; n1: 1 idle GPU. A half-GPU pod, then two whole-GPU pods.
+    def cluster() -> GpuTable:
+        t = table([2, 1])
+        t.apply(0, HALF, (0,))
+        return t
+
+    asks = [HALF, ONE, ONE]
+    # best-fit: least leftover -> the idle 1-GPU node, breaking its only whole GPU
+    best_fit = cluster()
+    assert run(BestFitPolicy(), best_fit, asks) == ["n1", "n0", None]
+    # FGD: the half pod completes n0's half-used device; both whole pods then fit
+    for policy in (FgdPolicy(MIX), MusterPolicy(MIX)):
+        fgd = cluster()
+        assert run(policy, fgd, asks) == ["n0", "n0", "n1"]
+        assert fgd.gpu_allocated == fgd.gpu_capacity
+
+
+def test_fgd_picks_the_device_that_leaves_usable_room() -> None:
+    # one node, devices with 1000, 700 and 600 free; a 500 pod: on 600 it leaves 100 (useless
+    # to the mix), on 700 it leaves 200, on 1000 it breaks a whole GPU. Best choice: 600.
+    t = table([3])
+    t.apply(0, PodAsk(GpuAsk.fraction(300)), (1,))
+    t.apply(0, PodAsk(GpuAsk.fraction(400)), (2,))
+    pick = place(FgdPolicy(MIX), t, HALF)
+    assert pick is not None and pick.devices == (2,)
+
+
+def random_state(rng: np.random.Generator, n: int = 12) -> GpuTable:
+    gpus = rng.choice([1, 2, 4, 8], size=n)
+    models = rng.choice(["A", "B"], size=n)
+    t = GpuTable(
+        [f"n{i}" for i in range(n)],
+        gpus,
+        list(models),
+        rng.integers(8_000, 64_000, size=n),
+        rng.integers(16_000, 256_000, size=n),
+    )
+    for _ in range(4 * n):
+        gpu = (
+            GpuAsk.fraction(int(rng.integers(1, 20)) * 50)
+            if rng.random() < 0.7
+            else GpuAsk.whole(int(rng.integers(1, 3)))
+        )
+        ask = PodAsk(gpu, int(rng.integers(0, 4)) * 1000, int(rng.integers(0, 8)) * 1000)
+        rows = np.flatnonzero(t.feasible(ask))
+        if len(rows):
+            t.apply(int(rng.choice(rows)), ask)
+    return t
+
+
+RANDOM_MIX = WorkloadMix(
+    (
+        TaskClass(1, 250, 2000, 4000),
+        TaskClass(1, 500, 4000, 8000, frozenset({"A"})),
+        TaskClass(1, 1000, 8000, 16000),
+        TaskClass(2, 1000, 16000, 32000),
+        TaskClass(4, 1000, 30000, 64000, frozenset({"B"})),
+        TaskClass(0, 0, 12000, 24000),
+    ),
+    (0.3, 0.2, 0.2, 0.1, 0.1, 0.1),
+)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_fragmentation_equals_the_definition(seed: int) -> None:
+    t = random_state(np.random.default_rng(seed))
+    ft = FragTable(RANDOM_MIX, t.model_names, t.free.shape[1])
+    expected = [
+        fragmentation(
+            t.node(r).free,
+            t.node(r).model,
+            RANDOM_MIX,
+            cpu_free=int(t.cpu_free[r]),
+            memory_free=int(t.mem_free[r]),
+        )
+        for r in range(len(t))
+    ]
+    assert ft.fragmentation(t) == pytest.approx(expected)
+    assert max(expected) > 0  # the states are fragmented, not trivially zero
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(
+    "ask",
+    [
+        PodAsk(GpuAsk.fraction(250), 2000, 4000),
+        PodAsk(GpuAsk.fraction(600), 1000, 1000),
+        PodAsk(GpuAsk.whole(1), 8000, 16000),
+        PodAsk(GpuAsk.whole(2), 0, 0),
+        PodAsk(GpuAsk(), 12000, 24000),
+    ],
+    ids=["share250", "share600", "whole1", "whole2", "cpu-only"],
+)
+def test_increase_equals_the_difference_of_definitions(seed: int, ask: PodAsk) -> None:
+    t = random_state(np.random.default_rng(100 + seed))
+    inc = FgdPolicy(RANDOM_MIX).increase(t, ask)
+    feasible = t.feasible(ask)
+    assert np.isfinite(inc.by_row).tolist() == feasible.tolist()
+
+    def frag(u: GpuTable, r: int) -> float:
+        node = u.node(r)
+        cpu, memory = int(u.cpu_free[r]), int(u.mem_free[r])
+        return fragmentation(node.free, node.model, RANDOM_MIX, cpu_free=cpu, memory_free=memory)
+
+    for r in np.flatnonzero(feasible):
+        options = t.choices(int(r), ask.gpu)
+        for devices in options:
+            after = t.copy()
+            after.apply(int(r), ask, devices)
+            want = frag(after, int(r)) - frag(t, int(r))
+            got = inc.by_device[r, devices[0]] if inc.by_device is not None else inc.by_row[r]
+            assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_muster_sends_cpu_hungry_pods_where_cpu_is_plentiful() -> None:
+    # Two 8-GPU nodes: n0 with 96 cores (12 per GPU, what the workload needs), n1 with 200.
+    # A pod without GPUs but with 40 cores: on n0 it would starve 3 GPUs of cpu.
+    workload = [PodAsk(GpuAsk.whole(1), cpu=12_000, memory=1000)] * 9 + [
+        PodAsk(cpu=12_000, memory=1000)
+    ]
+    mix = WorkloadMix.of(workload)
+    t = GpuTable(["n0", "n1"], [8, 8], ["V100"] * 2, [96_000, 200_000], [10**6, 10**6])
+    hungry = PodAsk(cpu=40_000, memory=1000)
+    # FGD sees no fragmentation either way (12 cores are left for the next task on both)
+    # and takes the first node; Muster sees n0's GPUs left without cpu.
+    assert run(FgdPolicy(mix), t.copy(), [hungry]) == ["n0"]
+    assert run(MusterPolicy(mix), t.copy(), [hungry]) == ["n1"]
+    assert run(MusterPolicy(mix, balance=0), t.copy(), [hungry]) == ["n0"]
+    # a GPU pod with the workload's shape costs no stranding: FGD's choice stands
+    assert run(MusterPolicy(mix), t.copy(), [workload[0]]) == ["n0"]
+
+
+def test_packing_decides_between_equals() -> None:
+    only_whole = WorkloadMix.of([ONE])  # any partly used device is equally lost to it
+    # a whole GPU from an idle node or from a half-used one: FGD takes the first row
+    t = table([2, 2])
+    t.apply(1, ONE)
+    assert run(FgdPolicy(only_whole), t.copy(), [ONE]) == ["n0"]
+    assert run(MusterPolicy(only_whole), t.copy(), [ONE]) == ["n1"]
+    # a share on a device with 800 or 600 free: FGD takes the lower index, Muster the fuller
+    t = table([3])
+    t.apply(0, PodAsk(GpuAsk.fraction(200)), (1,))
+    t.apply(0, PodAsk(GpuAsk.fraction(400)), (2,))
+    assert place(FgdPolicy(only_whole), t.copy(), HALF) == (0, (1,))
+    assert place(MusterPolicy(only_whole), t.copy(), HALF) == (0, (2,))
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RandomPolicy(np.random.default_rng(0)),
+        BestFitPolicy(),
+        GpuPackingPolicy(),
+        FgdPolicy(MIX),
+        MusterPolicy(MIX),
+    ],
+    ids=lambda p: p.name,
+)
+def test_every_policy_places_only_where_the_pod_fits(policy: PlacementPolicy) -> None:
+    t = GpuTable(
+        ["small", "t4", "a100"], [1, 2, 8], ["V100", "T4", "A100"], [2000] * 3, [10**6] * 3
+    )
+    asks = [
+        PodAsk(GpuAsk.whole(2), cpu=1000),  # only t4 or a100
+        PodAsk(GpuAsk.fraction(300, models={"V100"}), cpu=1000),  # only small
+        PodAsk(GpuAsk.fraction(800, models={"V100"}), cpu=1000),  # small has 700 left: none
+        PodAsk(GpuAsk.whole(8), cpu=1000),  # a100 (if still idle)
+        PodAsk(cpu=5000),  # no node has 5 cores
+    ]
+    went = run(policy, t, asks)
+    assert went[0] in ("t4", "a100")
+    assert went[1] == "small"
+    assert went[2] is None
+    assert went[3] == ("a100" if went[0] == "t4" else None)
+    assert went[4] is None
+    assert t.free.min() >= 0 and t.cpu_free.min() >= 0
+
+
+def test_mix_popularity() -> None:
+    a, b = PodAsk(GpuAsk.fraction(500), 1000, 10), PodAsk(GpuAsk.whole(1), 2000, 20)
+    cpu_only = PodAsk(cpu=3000, memory=30)
+    mix = WorkloadMix.of([a, a, a, b, cpu_only])
+    assert mix.classes[0] == TaskClass(1, 500, 1000, 10)
+    assert mix.weights == pytest.approx((0.6, 0.2, 0.2))
+    assert len(WorkloadMix.of([a, a, b, cpu_only], gpu_only=True).classes) == 2
+    merged = WorkloadMix.of([a, PodAsk(GpuAsk.fraction(500), 1000, 99)], memory=False)
+    assert merged.classes == (TaskClass(1, 500, 1000, 0),)
+
+
+def test_recent_mix_forgets_old_asks() -> None:
+    recent = RecentMix(window=2, every=1)
+    assert recent() == WorkloadMix()
+    for ask in (HALF, ONE, ONE):
+        recent.observe(ask)
+    assert recent() == WorkloadMix.of([ONE, ONE])
+    policy = FgdPolicy(recent)
+    t = table([1])
+    first = policy.frag_table(t)
+    assert policy.frag_table(t) is first  # compiled once while the mix is unchanged
+    recent.observe(HALF)
+    assert policy.frag_table(t) is not first
+
+
+def test_recent_mix_refreshes_every_so_many_asks() -> None:
+    recent = RecentMix(window=10, every=3)
+    recent.observe(HALF)
+    assert recent() == WorkloadMix.of([HALF])  # an empty mix is filled at once
+    recent.observe(ONE)
+    recent.observe(ONE)
+    assert recent() == WorkloadMix.of([HALF])  # two new asks: not yet
+    recent.observe(ONE)
+    assert recent() == WorkloadMix.of([HALF, ONE, ONE, ONE])
+
+
+def test_empty_mix_scores_without_fragmentation() -> None:
+    t = table([2, 2])
+    pick = place(MusterPolicy(WorkloadMix()), t, HALF)
+    assert pick is not None and t.free_total.sum() == 4 * MILLI - 500
