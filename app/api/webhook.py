@@ -215,14 +215,20 @@ def _decide(
     return mutate(pod, namespace, ns_meta, owners, group_min, admission_config(services))
 
 
+async def _review(
+    request: Request,
+) -> tuple[Services, AdmissionRequest, dict[str, Any] | None]:
+    """The AdmissionReview's request and, for a pod being created, the pod (else ``None``)."""
+    req = _parse(await request.body())
+    return _services(request), req, _pod(req) if _pod_create(req) else None
+
+
 @router.post("/mutate", summary="Mutating admission webhook: Muster's scheduler and gang labels")
 async def mutate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed`` with a JSONPatch (base64) and warnings out."""
-    services = _services(request)
-    req = _parse(await request.body())
-    if not _pod_create(req):
+    services, req, pod = await _review(request)
+    if pod is None:
         return _answer(req.uid)
-    pod = _pod(req)
     try:
         try:
             # Usually everything needed is cached: decide on the event loop (no thread hop).
@@ -251,11 +257,9 @@ def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Ve
 @router.post("/validate", summary="Validating admission webhook: consistent gang metadata")
 async def validate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed``, or refused with a ``status.message`` saying why."""
-    services = _services(request)
-    req = _parse(await request.body())
-    if not _pod_create(req):
+    services, req, pod = await _review(request)
+    if pod is None:
         return _answer(req.uid)
-    pod = _pod(req)
     try:
         verdict = _judge(services, req, pod)  # memory only: the cluster cache
     except InvalidInput as exc:

@@ -189,6 +189,17 @@ def _failure(exc: BaseException, timeout: tuple[float, float]) -> str:
     return f"the API server is unreachable ({exc})"
 
 
+def _reader(
+    api: ApiClient | None, reader: Reader | None, timeout: tuple[float, float], who: str
+) -> Reader:
+    """The given reader, else one over ``api``."""
+    if reader is not None:
+        return reader
+    if api is None:
+        raise ValueError(f"{who} needs an ApiClient or a reader")
+    return KubeReader(api, timeout)
+
+
 class OwnerLister:
     """Reads workload objects for the webhook (an ``app.core.admission.OwnerFetch``)."""
 
@@ -204,11 +215,7 @@ class OwnerLister:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if reader is None:
-            if api is None:
-                raise ValueError("OwnerLister needs an ApiClient or a reader")
-            reader = KubeReader(api, timeout)
-        self._reader = reader
+        self._reader = _reader(api, reader, timeout, "OwnerLister")
         self._ttl, self._missing_ttl = ttl, missing_ttl
         self._unserved_ttl, self._error_ttl = unserved_ttl, error_ttl
         self._timeout = timeout
@@ -269,11 +276,7 @@ class NamespaceLister:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if reader is None:
-            if api is None:
-                raise ValueError("NamespaceLister needs an ApiClient or a reader")
-            reader = KubeReader(api, timeout)
-        self._reader = reader
+        self._reader = _reader(api, reader, timeout, "NamespaceLister")
         self._ttl, self._error_ttl = ttl, error_ttl
         self._timeout = timeout
         self.cache: TTLCache[str, NamespaceMeta] = TTLCache(clock=clock)
