@@ -55,10 +55,7 @@ import gc
 import importlib.util
 import json
 import os
-import re
-import selectors
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +78,7 @@ from pydantic import TypeAdapter  # noqa: E402
 from app.api import wire  # noqa: E402
 from app.core.filter import FilterResult  # noqa: E402
 from app.core.objects import pod_from_dict  # noqa: E402
+from scripts.benchproc import child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
 
 #: p50 targets (ms) for filter+prioritize over HTTP, by node count; ratio target for all sizes.
@@ -214,41 +212,12 @@ def serve(kind: str, cluster: Path | None) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _read_port(proc: subprocess.Popen[str], timeout: float) -> int:
-    """The port a child server prints first; raises if it dies or stays silent."""
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            raise RuntimeError(f"server did not report its port within {timeout:.0f} s")
-    line = proc.stdout.readline()
-    match = re.fullmatch(r"PORT (\d+)\s*", line)
-    if not match:
-        raise RuntimeError(f"server failed to start (exit code {proc.poll()}): {line!r}")
-    return int(match.group(1))
-
-
 @contextmanager
 def server_process(kind: str, cluster: Path | None = None) -> Iterator[str]:
     """Run a server in a subprocess for the duration of the block; yields its base URL."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", kind]
-    if cluster is not None:
-        cmd += ["--cluster", str(cluster)]
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        port = _read_port(proc, SERVER_START_TIMEOUT)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    args = ["--serve", kind, *(["--cluster", str(cluster)] if cluster is not None else [])]
+    with child_server(Path(__file__).resolve(), args, SERVER_START_TIMEOUT) as url:
+        yield url
 
 
 # -- measuring -----------------------------------------------------------------------------

@@ -35,11 +35,7 @@ import copy
 import functools
 import gc
 import json
-import os
-import re
-import selectors
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -68,6 +64,7 @@ from app.core.admission import (  # noqa: E402
 )
 from app.core.model import Pod, Resources  # noqa: E402
 from app.core.workloads import WorkloadKind  # noqa: E402
+from scripts.benchproc import child_server  # noqa: E402
 from tests.reviews import (  # noqa: E402
     job_obj,
     job_pod,
@@ -204,29 +201,9 @@ def serve(kind: str, pods: int) -> None:
 @contextmanager
 def server_process(kind: str, pods: int) -> Iterator[str]:
     """Run a server in a subprocess for the duration of the block; yields its base URL."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", kind, "--pods", str(pods)]
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            if not sel.select(SERVER_START_TIMEOUT):
-                raise RuntimeError(f"{kind} server did not report its port")
-        match = re.fullmatch(r"PORT (\d+)\s*", proc.stdout.readline())
-        if not match:
-            raise RuntimeError(f"{kind} server failed to start (exit code {proc.poll()})")
-        yield f"http://127.0.0.1:{match.group(1)}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    args = ["--serve", kind, "--pods", str(pods)]
+    with child_server(Path(__file__).resolve(), args, SERVER_START_TIMEOUT) as url:
+        yield url
 
 
 # -- measuring ------------------------------------------------------------------------------
