@@ -12,6 +12,7 @@ from pathlib import Path
 from app import __version__
 from app.core.errors import MusterError
 from app.core.prioritize import STRATEGIES
+from app.core.topology import DEFAULT_KEYS
 from app.settings import Settings
 
 log = logging.getLogger("muster")
@@ -34,6 +35,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
         "tls_key": Path(args.tls_key) if args.tls_key else None,
         "webhook_port": args.webhook_port,
+        "topology_keys": args.topology_keys,
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -97,6 +99,67 @@ def simulate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _topology_text(from_file: str | None) -> tuple[str, str]:
+    """``(where from, text)`` of ``nvidia-smi topo -m``: a file, stdin (``-``) or the command."""
+    import subprocess
+
+    if from_file:
+        source = "stdin" if from_file == "-" else from_file
+        try:
+            return source, sys.stdin.read() if from_file == "-" else Path(from_file).read_text()
+        except OSError as exc:
+            raise MusterError(f"cannot read {source}: {exc.strerror or exc}") from exc
+    try:
+        done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    except FileNotFoundError as exc:
+        raise MusterError("nvidia-smi not found (is the NVIDIA driver installed here? "
+                          "--from-file reads saved output)") from exc  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise MusterError("nvidia-smi topo -m did not answer within 60 s") from exc
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise MusterError(f"nvidia-smi topo -m failed: {why}")
+    return "nvidia-smi topo -m", done.stdout
+
+
+def probe_node(args: argparse.Namespace) -> int:
+    """Print the GPU topology annotation from ``nvidia-smi topo -m``; patch it onto the Node."""
+    import socket
+
+    from app.core.gputopology import from_nvidia_smi, to_annotation
+    from app.core.labels import GPU_TOPOLOGY
+
+    try:
+        source, text = _topology_text(args.from_file)
+        try:
+            annotation = to_annotation(from_nvidia_smi(text))
+        except ValueError as exc:
+            raise MusterError(f"cannot parse the output of {source}: {exc}") from exc
+        sys.stdout.write(annotation + "\n")
+        if args.dry_run:
+            return 0
+        node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+        from app.k8s.config import load_api_client
+        from app.k8s.nodes import patch_node_annotation
+
+        api = load_api_client(args.kubeconfig)
+        try:
+            patch_node_annotation(api, node, GPU_TOPOLOGY, annotation)
+        finally:
+            api.close()
+    except MusterError as exc:
+        log.error("%s", exc)
+        return 2
+    log.info("annotated node %s with %s", node, GPU_TOPOLOGY)
+    return 0
+
+
+def _label_keys(text: str) -> tuple[str, ...]:
+    """``"a,b"`` -> ``("a", "b")`` (blanks dropped)."""
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="muster", description="Muster scheduler extender")
@@ -115,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8888, help="port to listen on (default 8888)")
-    s.add_argument("--strategy", choices=sorted(STRATEGIES), default="binpack",
-                   help="how prioritize ranks nodes (default binpack)")  # fmt: skip
+    s.add_argument("--strategy", choices=sorted(STRATEGIES), default="muster",
+                   help="how prioritize ranks nodes (default muster: GPU-share and "
+                        "fragmentation-aware for GPU clusters, binpack otherwise)")  # fmt: skip
     s.add_argument("--assume-ttl", type=float, default=30.0, metavar="SECONDS",
                    help="forget an unconfirmed bind after this long (default 30)")  # fmt: skip
     s.add_argument("--bind-barrier", type=float, default=4.0, metavar="SECONDS",
@@ -150,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--muster-namespace", default=os.environ.get("POD_NAMESPACE") or "muster-system",
                    help="Muster's namespace, never touched by the webhook "
                         "(default $POD_NAMESPACE, else muster-system)")  # fmt: skip
+    s.add_argument("--topology-keys", type=_label_keys, default=DEFAULT_KEYS, metavar="K1,K2,...",
+                   help="node label keys of the network topology levels, broadest first "
+                        "(default " + ",".join(DEFAULT_KEYS) + "; empty: no topology)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments
@@ -162,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_arguments(m)
     m.set_defaults(func=simulate)
+    p = sub.add_parser("probe-node", help="annotate this node with its GPU topology (nvidia-smi)")
+    p.add_argument("--from-file", metavar="PATH",
+                   help="read saved `nvidia-smi topo -m` output instead ('-': stdin)")  # fmt: skip
+    p.add_argument("--node", help="the Node to annotate (default $NODE_NAME, else the hostname)")
+    p.add_argument("--dry-run", action="store_true", help="only print the annotation")
+    p.add_argument("--kubeconfig", metavar="FILE",
+                   help="cluster access (default: in-cluster, else $KUBECONFIG)")  # fmt: skip
+    p.set_defaults(func=probe_node)
     return parser
 
 

@@ -96,6 +96,7 @@ def build_services(
         default_runtime=settings.default_runtime_seconds,
         min_runtime=settings.min_runtime_seconds,
         preemption=settings.preemption,
+        topology_keys=settings.topology_keys,
     )
     extender = Extender(
         cache,

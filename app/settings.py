@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.core.topology import DEFAULT_KEYS
+
 DEMO_CLUSTER = Path(__file__).parent / "data" / "demo-cluster.yaml"
 
 
@@ -21,7 +23,7 @@ class Settings:
     cluster_file: Path | None = None
     kubeconfig: str | None = None
     in_cluster: bool = False
-    strategy: str = "binpack"
+    strategy: str = "muster"
     assume_ttl_seconds: float = 30.0
     demo: bool = False
     #: How long a gang member's bind waits for the rest of its gang; keep it below the
@@ -51,6 +53,8 @@ class Settings:
     tls_key: Path | None = None
     #: Port of the HTTPS listener, opened only when ``tls_cert``/``tls_key`` are set.
     webhook_port: int = 8443
+    #: Node label keys of the network topology levels, broadest first (``app.core.topology``).
+    topology_keys: tuple[str, ...] = DEFAULT_KEYS
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

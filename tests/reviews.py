@@ -269,10 +269,12 @@ def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
         *parents, last = [_unescape(t) for t in op["path"].split("/")[1:]]
         target = doc
         for token in parents:
-            target = target[token]
+            target = target[int(token)] if isinstance(target, list) else target[token]
         if op["op"] == "replace" and last not in target:
             raise KeyError(f"replace of missing {op['path']}")
         if op["op"] not in ("add", "replace"):
             raise ValueError(f"unexpected op {op['op']}")
+        if isinstance(target, list):
+            raise ValueError(f"unexpected add into a list at {op['path']}")
         target[last] = op["value"]
     return doc

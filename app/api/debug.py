@@ -6,7 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.core.model import RESOURCE_NAMES, Resources
+from app.core.cache import NodeView
+from app.core.devices import device_count
+from app.core.gputopology import topology_of
+from app.core.model import RESOURCE_NAMES, Node, Resources
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
 from app.core.quantity import format_milli
@@ -27,6 +30,11 @@ def nodes(request: Request) -> dict[str, Any]:
     pods_per_node: dict[str, int] = {}
     for node in snapshot.placement.values():
         pods_per_node[node] = pods_per_node.get(node, 0) + 1
+    holders: dict[tuple[str, int], list[str]] = {}
+    for uid, held in snapshot.devices.items():
+        pod = snapshot.pods.get(uid)
+        for d in held.devices:
+            holders.setdefault((held.node, d), []).append(pod.key if pod else uid)
     items = []
     for node in view.nodes:
         used = view.used_of(node.name)
@@ -45,11 +53,25 @@ def nodes(request: Request) -> dict[str, Any]:
                     "total": node.allocatable.gpu / 1000,
                     "used": used.gpu / 1000,
                     "free": free.gpu / 1000,
+                    "devices": _devices(view, node, holders),
+                    "topology": topology_of(node).as_dict(),
                 },
                 "pods": pods_per_node.get(node.name, 0),
             }
         )
     return {"generation": view.generation, "count": len(items), "nodes": items}
+
+
+def _devices(
+    view: NodeView, node: Node, holders: dict[tuple[str, int], list[str]]
+) -> list[dict[str, Any]]:
+    """Per GPU of ``node``: index, free share (1.0 = idle) and the pods holding it."""
+    row = view.index[node.name]
+    free = view.gpu_free[row] if row < len(view.gpu_free) else []
+    return [
+        {"index": d, "free": int(free[d]) / 1000, "pods": holders.get((node.name, d), [])}
+        for d in range(min(device_count(node), len(free)))
+    ]
 
 
 @router.get("/pods", summary="Every pod the cache knows, with its placement")
@@ -75,6 +97,8 @@ def pods(request: Request) -> dict[str, Any]:
                 "phase": pod.phase,
                 "priority": pod.priority,
                 "requests": _amounts(pod.requests),
+                "gpuShare": pod.gpu_fraction / 1000 if pod.gpu_fraction else None,
+                "gpuIds": list(snapshot.devices[uid].devices) if uid in snapshot.devices else [],
             }
         )
     items.sort(key=lambda p: (p["namespace"], p["name"]))

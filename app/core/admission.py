@@ -289,6 +289,45 @@ def _patch(pod: _PodMeta, scheduler: str, new_labels: Mapping[str, str]) -> list
     return ops
 
 
+def share_resource_ops(
+    spec: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """JSONPatch giving a GPU-share pod ``muster.io/gpu-share: 1`` (requests and limits) on its
+    first container, unless some container has it already.
+
+    The request is a marker, not an amount (the share is in the annotation): with
+    ``muster.io/gpu-share`` in the extender's ``managedResources`` kube-scheduler sends the
+    pod to Muster although it requests no ``nvidia.com/gpu``; ``ignoredByScheduler`` keeps
+    kube-scheduler from looking for it on nodes, and the kubelet ignores extended resources
+    its node does not advertise.
+    """
+    if keys.first(keys.GPU_FRACTION_KEYS, labels, annotations) is None:
+        return []
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+        return []
+    for container in containers:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        requests = resources.get("requests") if isinstance(resources, dict) else None
+        if isinstance(requests, dict) and keys.GPU_SHARE_RESOURCE in requests:
+            return []
+    base = "/spec/containers/0/resources"
+    resources = containers[0].get("resources")
+    if not isinstance(resources, dict):
+        marker = {keys.GPU_SHARE_RESOURCE: "1"}
+        return [{"op": "add", "path": base, "value": {"requests": marker, "limits": marker}}]
+    ops: list[dict[str, Any]] = []
+    for kind in ("requests", "limits"):
+        if isinstance(resources.get(kind), dict):
+            path = f"{base}/{kind}/{escape_pointer(keys.GPU_SHARE_RESOURCE)}"
+            ops.append({"op": "add", "path": path, "value": "1"})
+        else:
+            ops.append(
+                {"op": "add", "path": f"{base}/{kind}", "value": {keys.GPU_SHARE_RESOURCE: "1"}}
+            )
+    return ops
+
+
 # -- deciding ---------------------------------------------------------------------------------
 
 
@@ -381,6 +420,7 @@ def mutate(
     group = _group(p, owner, group_min, new, warnings)
     queue = _queue(p, owner, ns, new, warnings)
     patch = _patch(p, config.scheduler_name if scheduler != config.scheduler_name else "", new)
+    patch += share_resource_ops(p.spec, p.labels, p.annotations)
     values = {"schedulerName": config.scheduler_name}
     if queue:
         values[keys.QUEUE] = queue

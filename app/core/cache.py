@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from app.core import labels
+from app.core.devices import DeviceLedger, Held, device_shortfall, fits_mask, usable
 from app.core.errors import BindRejected
 from app.core.model import RESOURCE_NAMES, Node, Pod, Resources
 from app.core.nodetable import NodeTable
@@ -43,6 +44,16 @@ class NodeView:
     generation: int
     table: NodeTable
     used: np.ndarray
+    #: Free milli-GPU per row and device (``app.core.devices``); absent devices show 0.
+    gpu_free: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.int64))
+
+    def gpu_fits(self, shape: tuple[int, int], rows: np.ndarray | None = None) -> np.ndarray:
+        """Per row (or per ``rows``): do the devices have room for a pod of ``shape``
+        (``Pod.gpu_shape``)? All true for pods without GPUs."""
+        free = self.gpu_free if rows is None else self.gpu_free[rows]
+        if len(free) != (len(self.nodes) if rows is None else len(rows)):
+            return np.ones(len(free), dtype=bool)
+        return fits_mask(free, shape)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -97,10 +108,35 @@ class Snapshot:
     bound_at: Mapping[str, float] = field(default_factory=dict)
     #: uid -> gang key (``namespace/name``) for every pod that belongs to a gang.
     gang_members: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> the GPU devices the pod holds (pods placed with GPUs only).
+    devices: Mapping[str, Held] = field(default_factory=dict)
 
     def holds_node(self, pod: Pod) -> bool:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
         return bool(pod.node_name) or pod.uid in self.assumed
+
+
+def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = None) -> NodeView:
+    """``view`` (default: the snapshot's) as if ``pods`` were gone: their resources and GPU
+    devices free again. Pods without a placement (or seen twice) are skipped."""
+    view = snapshot.view if view is None else view
+    used = view.used.copy()
+    gpu_free = view.gpu_free
+    copied = False
+    seen: set[str] = set()
+    for pod in pods:
+        node = snapshot.placement.get(pod.uid)
+        row = view.index.get(node) if node else None
+        if row is None or pod.uid in seen:
+            continue
+        seen.add(pod.uid)
+        used[row] -= np.asarray(pod.requests, dtype=np.int64)
+        held = snapshot.devices.get(pod.uid)
+        if held is not None and held.node == node and row < len(gpu_free):
+            if not copied:
+                gpu_free, copied = gpu_free.copy(), True
+            gpu_free[row, list(held.devices)] += held.milli
+    return replace(view, used=used, gpu_free=gpu_free)
 
 
 def shortfall(requests: Resources, free: Iterable[int]) -> str:
@@ -140,6 +176,7 @@ class ClusterCache:
         self._queue_applied: dict[str, QueueKey] = {}
         self._queue_used: dict[QueueKey, np.ndarray] = {}
         self._bound_at: dict[str, float] = {}
+        self._devices = DeviceLedger()
         # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
         # everyone's reach except work that ends before ``_hold_until``.
         self._holds: dict[str, np.ndarray] = {}
@@ -203,6 +240,7 @@ class ClusterCache:
             self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
             new_nodes.extend(appended)
         self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
+        self._devices.set_nodes(self._nodes, self._pods)
         self._table = None
         self._bump()
         return True
@@ -221,6 +259,7 @@ class ClusterCache:
         self._alloc = self._alloc[keep]
         self._special = self._special[keep]
         self._used = self._used[keep]
+        self._devices.set_nodes(self._nodes, self._pods)
         self._table = None
         self._bump()
 
@@ -325,9 +364,20 @@ class ClusterCache:
             self._bump(nodes=placed_before)
         self._queue_key.pop(uid, None)
 
-    def _move(self, uid: str, old_req: Resources | None, new_req: Resources, target: str) -> None:
-        """Re-account pod ``uid`` from its current placement to ``target`` (``""``: none)."""
+    def _move(
+        self,
+        uid: str,
+        old_req: Resources | None,
+        new_req: Resources,
+        target: str,
+        devices: tuple[int, ...] | None = None,
+    ) -> None:
+        """Re-account pod ``uid`` from its current placement to ``target`` (``""``: none);
+        ``devices``: the GPU devices Muster chose for it there."""
         current = self._placement.get(uid, "")
+        before = self._devices.release(uid)
+        if devices is None and before is not None and before.node == target:
+            devices = before.devices
         if current and old_req is not None:
             i = self._index.get(current)
             if i is not None:
@@ -342,6 +392,9 @@ class ClusterCache:
             i = self._index.get(target)
             if i is not None:
                 self._used[i] += new_req
+            pod = self._pods.get(uid)
+            if pod is not None:
+                self._devices.place(uid, target, pod, devices)
             key = self._queue_key.get(uid)
             if key is not None:
                 held = self._queue_used.get(key)
@@ -355,9 +408,11 @@ class ClusterCache:
 
     # -- binds in flight ------------------------------------------------------------------
 
-    def assume(self, uid: str, node: str) -> Pod:
+    def assume(self, uid: str, node: str, devices: tuple[int, ...] | None = None) -> Pod:
         """Count pod ``uid`` against ``node`` now, before the API confirms the bind.
 
+        GPU pods also take devices: ``devices`` if given and free, else the default choice
+        (a pod reserved on this node by a plan keeps the devices of its reservation).
         Raises ``BindRejected`` if the pod or node is unknown or the node no longer has room.
         Checking and reserving happen under one lock, so parallel binds cannot over-commit.
         """
@@ -383,7 +438,17 @@ class ClusterCache:
                 raise BindRejected(
                     f"node {node} no longer fits {pod.key}: {shortfall(pod.requests, free)}"
                 )
-            self._move(uid, pod.requests, pod.requests, node)
+            shape = pod.gpu_shape
+            if shape[0]:
+                room = self._devices.free_row(node)
+                if devices is None or not usable(room, shape, devices):
+                    devices = self._devices.choose(node, pod)
+                if devices is None:
+                    self._bump()
+                    raise BindRejected(
+                        f"node {node} no longer fits {pod.key}: {device_shortfall(shape, room)}"
+                    )
+            self._move(uid, pod.requests, pod.requests, node, devices)
             self._assumed[uid] = self._clock() + self._assume_ttl
             self._bump()
             return pod
@@ -431,9 +496,12 @@ class ClusterCache:
                 if force:
                     break
                 free = self._alloc[i] - self._used[i]
+                node = self._nodes[i].name
                 if (need > free).any():
-                    node = self._nodes[i].name
                     return f"node {node} no longer has room: {shortfall(Resources(*need), free)}"
+                why = self._devices.check_all(node, [self._pods[u] for u, _, j in todo if j == i])
+                if why:
+                    return f"node {node} no longer has room: {why}"
             for uid, node, _ in todo:
                 if uid in self._reserved:
                     self._unreserve(uid)
@@ -495,7 +563,10 @@ class ClusterCache:
                 if self._table is None:
                     self._table = NodeTable(self._nodes, self._index, self._alloc, self._special)
                 self._backfill_view = NodeView(
-                    generation=self._generation, table=self._table, used=self._used.copy()
+                    generation=self._generation,
+                    table=self._table,
+                    used=self._used.copy(),
+                    gpu_free=self._devices.free(),
                 )
                 self._view = self._backfill_view
                 if self._holds:
@@ -553,8 +624,15 @@ class ClusterCache:
                     reserved=MappingProxyType(dict(self._reserved)),
                     gang_members=MappingProxyType(dict(self._gang_of)),
                     bound_at=MappingProxyType(dict(self._bound_at)),
+                    devices=MappingProxyType(self._devices.holders()),
                 )
             return self._snapshot
+
+    def devices_of(self, uid: str) -> tuple[int, ...]:
+        """The GPU devices pod ``uid`` holds (empty if none)."""
+        with self._lock:
+            held = self._devices.held(uid)
+            return held.devices if held is not None else ()
 
     def queue_usage(self) -> dict[QueueKey, np.ndarray]:
         """Resources held (bound, binding or reserved) per queue key."""

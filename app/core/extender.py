@@ -23,6 +23,7 @@ from app.core.cache import ClusterCache
 from app.core.filter import FilterResult, filter_nodes
 from app.core.gangbind import GangBinder
 from app.core.gateway import Gateway
+from app.core.gpuplacement import GpuPlacement
 from app.core.model import Node, Pod
 from app.core.planner import Planner
 from app.core.podgroup import gang_spec
@@ -46,9 +47,15 @@ class Extender:
         self.cache = cache
         self.strategy = strategy
         self.planner = planner or Planner(cache, strategy=strategy)
+        self.gpu = GpuPlacement() if strategy == "muster" else None
+        chooser = None if self.gpu is None else self._devices
         self.binder = GangBinder(
-            cache, self.planner, Binder(cache, gateway), gateway, timeout=barrier_timeout
+            cache, self.planner, Binder(cache, gateway, chooser), gateway, timeout=barrier_timeout
         )
+
+    def _devices(self, pod: Pod, node: str) -> tuple[int, ...] | None:
+        assert self.gpu is not None
+        return self.gpu.devices(self.cache.view(), pod, node)
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
@@ -65,6 +72,8 @@ class Extender:
     ) -> FilterResult:
         """Which candidates may take ``pod`` (``nodes`` also refresh the cache)."""
         pod, names = self._candidates(pod, names, nodes)
+        if self.gpu is not None:
+            self.gpu.observe(pod)
         verdict = self.planner.verdict(pod)
         if not verdict.gang:
             blocked = self.planner.quota_check(pod)
@@ -88,7 +97,12 @@ class Extender:
     ) -> Ranking:
         """A 0-10 score for every candidate; a gang member's planned node scores 10."""
         pod, names = self._candidates(pod, names, nodes)
-        ranking = rank(self.cache.view(), pod, names, self.strategy)
+        view = self.cache.view()
+        ranking = rank(view, pod, names, self.strategy)
+        if self.gpu is not None and self.gpu.applies(view) and len(ranking.rows):
+            known = ranking.rows >= 0
+            scores = self.gpu.scores(view, pod, np.where(known, ranking.rows, 0))
+            ranking = replace(ranking, scores=np.where(known, scores, 0))
         spec = gang_spec(pod)
         plan = self.planner.plan(spec.key) if spec else None
         planned = plan.node_of(pod.uid) if plan else None

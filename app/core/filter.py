@@ -18,6 +18,7 @@ from itertools import compress
 import numpy as np
 
 from app.core.cache import NodeView
+from app.core.devices import device_shortfall
 from app.core.model import Pod
 from app.core.policies import nodeaffinity, nodeunschedulable, resourcefit, taints
 
@@ -111,9 +112,16 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
     known = rows >= 0
     safe = np.where(known, rows, 0) if len(table.nodes) else rows
     need = np.asarray(pod.requests, dtype=np.int64)
+    shape = pod.gpu_shape
+    devices_short = None
     if len(table.nodes):
         free = table.allocatable[safe] - view.used[safe]
         fits = (free >= need).all(axis=1) & known
+        if shape[0]:
+            # Enough GPU in total is not enough: whole GPUs need fully free devices, a share
+            # needs one device with room.
+            devices_short = fits & ~view.gpu_fits(shape, safe)
+            fits &= ~devices_short
     else:
         free = np.zeros((len(names), 4), dtype=np.int64)
         fits = np.zeros(len(names), dtype=bool)
@@ -133,6 +141,8 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
             zip([names[j] for j in bad.tolist()], checks[bad].tolist(), strict=True)
         )
     short = known & ~fits if checks is None else known & ~fits & np.equal(checks, None)
+    if devices_short is not None:
+        short &= ~devices_short
     if short.any():
         idx = np.flatnonzero(short)
         alloc = table.allocatable[safe[idx]]
@@ -153,5 +163,11 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
                 lambda row: resourcefit.lacking(requests, row),
             )
             result.failed = dict(zip([names[k] for k in j.tolist()], texts, strict=True))
+    if devices_short is not None and devices_short.any():
+        j = np.flatnonzero(devices_short & (True if checks is None else np.equal(checks, None)))
+        distinct, inverse = np.unique(view.gpu_free[safe[j]], axis=0, return_inverse=True)
+        options = [device_shortfall(shape, row.tolist()) for row in distinct]
+        texts = [options[k] for k in inverse.reshape(-1).tolist()]
+        result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
     result.unresolvable = unresolvable
     return result

@@ -14,13 +14,25 @@ from typing import Protocol
 
 from app.core.cache import ClusterCache
 from app.core.errors import GatewayError
+from app.core.labels import GPU_IDS
+from app.core.model import Pod
+from app.core.objects import gpu_ids
 
 
 class Gateway(Protocol):
     """Actions on the cluster. Every method raises ``GatewayError`` when the API refuses."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding to ``node`` (pods/binding subresource)."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create the pod's Binding to ``node`` (pods/binding subresource); ``annotations``
+        are set on the pod in the same call (the API server copies a Binding's annotations
+        onto the pod), e.g. ``muster.io/gpu-ids``."""
 
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         """Evict the pod through the Eviction API (PodDisruptionBudgets apply; a refusal is
@@ -48,6 +60,13 @@ class RecordedEvent:
     kind: str
 
 
+def bound_pod(pod: Pod, node: str, annotations: Mapping[str, str]) -> Pod:
+    """``pod`` as the API server stores it after a Binding to ``node`` with ``annotations``."""
+    merged = {**pod.annotations, **annotations}
+    ids = gpu_ids(merged.get(GPU_IDS, ""))
+    return replace(pod, node_name=node, annotations=merged, gpu_ids=ids)
+
+
 class InMemoryGateway:
     """A cluster without an API server: actions go straight into the cache.
 
@@ -73,7 +92,14 @@ class InMemoryGateway:
         if error is not None:
             raise error
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         self._scripted_failure("bind", namespace, name)
         pod = self._cache.pod(uid)
         if pod is None:
@@ -82,7 +108,11 @@ class InMemoryGateway:
             raise GatewayError(
                 "Conflict", f'pod {namespace}/{name} is already assigned to node "{pod.node_name}"'
             )
-        self._cache.confirm(uid, node)
+        if annotations:
+            bound = bound_pod(pod, node, annotations)
+            self._cache.upsert_pod(bound)
+        else:
+            self._cache.confirm(uid, node)
         with self._lock:
             self.bindings.append((f"{namespace}/{name}", node))
 

@@ -18,8 +18,16 @@ MAX_MEMBER = "muster.io/max-member"
 GANG_TIMEOUT = "muster.io/gang-timeout"
 QUEUE = "muster.io/queue"
 GPU_FRACTION = "muster.io/gpu-fraction"
+GPU_IDS = "muster.io/gpu-ids"
+GPU_TOPOLOGY = "muster.io/gpu-topology"
+#: Extended resource a GPU-share pod requests (count 1) so kube-scheduler's extender
+#: ``managedResources`` route it to Muster; the share itself is ``GPU_FRACTION``.
+GPU_SHARE_RESOURCE = "muster.io/gpu-share"
 MANAGED_NAMESPACE = "muster.io/managed"
 DEFAULT_QUEUE_ANNOTATION = "muster.io/default-queue"
+#: Keep a gang's core in one topology domain of this level (or wait) / if any fits.
+TOPOLOGY_REQUIRED = "muster.io/topology-required"
+TOPOLOGY_PREFERRED = "muster.io/topology-preferred"
 
 # -- other schedulers' conventions -----------------------------------------------------
 #: (group-name key, min-member key or None), in the order they are consulted.

@@ -129,11 +129,25 @@ class Pod:
     deleting: bool = False
     #: ``status.startTime`` (epoch seconds), 0 when not started or unknown.
     started: float = 0.0
+    #: A share of one GPU in milli-GPU (``muster.io/gpu-fraction``; 0 = none). Already
+    #: included in ``requests.gpu``.
+    gpu_fraction: int = 0
+    #: GPU indices written at bind (``muster.io/gpu-ids``); empty when unknown.
+    gpu_ids: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpu_shape(self) -> tuple[int, int]:
+        """``(devices, milli per device)`` the pod needs: ``(0, 0)`` without GPUs, ``(1, m)``
+        for a share of one GPU, ``(n, 1000)`` for ``n`` whole GPUs."""
+        if self.gpu_fraction:
+            return 1, self.gpu_fraction
+        whole = self.requests.gpu // 1000
+        return (whole, 1000) if whole else (0, 0)
 
     @property
     def terminal(self) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from app.core import labels
 from app.core.errors import InvalidInput
 from app.core.model import (
     CPU,
@@ -202,16 +203,32 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         priority = 0
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidInput(f"{field}.spec.priority", f"expected an integer, got {priority!r}")
+    pod_labels = _str_map(meta.get("labels"), f"{field}.metadata.labels")
+    annotations = _str_map(meta.get("annotations"), f"{field}.metadata.annotations")
+    requests = effective_requests(spec, f"{field}.spec")
+    node_name = _str(spec.get("nodeName"), f"{field}.spec.nodeName")
+    fraction = 0
+    try:
+        fraction = gpu_fraction(pod_labels, annotations, requests)
+    except InvalidInput as exc:
+        # A bound pod keeps running whatever its annotation says (Muster did not place it):
+        # count what it requests rather than drop it from the books.
+        if not node_name:
+            raise InvalidInput(f"{field}.metadata.{exc.field}", exc.problem) from exc
+    if fraction == 1000:
+        requests, fraction = requests._replace(gpu=1000), 0
+    elif fraction:
+        requests = requests._replace(gpu=fraction)
     return Pod(
         uid=_str(meta.get("uid"), f"{field}.metadata.uid") or f"{namespace}/{name}",
         namespace=namespace,
         name=name,
-        requests=effective_requests(spec, f"{field}.spec"),
-        node_name=_str(spec.get("nodeName"), f"{field}.spec.nodeName"),
+        requests=requests,
+        node_name=node_name,
         phase=_str(status.get("phase"), f"{field}.status.phase", "Pending") or "Pending",
         priority=priority,
-        labels=_str_map(meta.get("labels"), f"{field}.metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), f"{field}.metadata.annotations"),
+        labels=pod_labels,
+        annotations=annotations,
         node_selector=_str_map(spec.get("nodeSelector"), f"{field}.spec.nodeSelector"),
         tolerations=_tolerations(spec.get("tolerations"), f"{field}.spec.tolerations"),
         required_affinity=_required_affinity(spec, f"{field}.spec"),
@@ -220,7 +237,48 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         created=_timestamp(meta.get("creationTimestamp"), f"{field}.metadata.creationTimestamp"),
         deleting=meta.get("deletionTimestamp") is not None,
         started=_timestamp(status.get("startTime"), f"{field}.status.startTime"),
+        gpu_fraction=fraction,
+        gpu_ids=gpu_ids(annotations.get(labels.GPU_IDS, "")),
     )
+
+
+def gpu_fraction(
+    pod_labels: Mapping[str, str], annotations: Mapping[str, str], requests: Resources
+) -> int:
+    """The share of one GPU a pod asks for, in milli-GPU (0 = none; 1000 = a whole GPU).
+
+    From ``muster.io/gpu-fraction`` (or KAI's ``gpu-fraction``), label or annotation: a
+    decimal in (0, 1]. Raises ``InvalidInput`` (field: the key) for anything else, and for a
+    pod that also requests ``nvidia.com/gpu`` (a share and whole GPUs cannot be combined).
+    """
+    found = labels.first(labels.GPU_FRACTION_KEYS, pod_labels, annotations)
+    if found is None:
+        return 0
+    key, text = found
+    where = f"labels[{key}]" if key in pod_labels else f"annotations[{key}]"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # also refuses nan and inf
+        raise InvalidInput(where, f"expected a share of one GPU in (0, 1], got {text!r}")
+    milli = round(value * 1000)
+    if milli < 1:
+        raise InvalidInput(where, f"{text!r} is below the smallest share, 0.001")
+    if requests.gpu:
+        raise InvalidInput(
+            where, f"a GPU share cannot be combined with a {GPU} request; ask for one or the other"
+        )
+    return milli
+
+
+def gpu_ids(text: str) -> tuple[int, ...]:
+    """GPU indices from a ``muster.io/gpu-ids`` value (``"0,1"``); empty if unparsable."""
+    try:
+        ids = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        return ()
+    return ids if len(set(ids)) == len(ids) and all(i >= 0 for i in ids) else ()
 
 
 def node_from_dict(data: Any, field: str = "Node") -> Node:

@@ -2,11 +2,14 @@
 
 kube-scheduler sees one pod at a time; the planner sees the whole pending set. A cycle takes a
 snapshot, orders the gangs that are ready (enough members exist) fairly — higher priority
-first, then older first — and places each gang's missing core members all at once
-(``actions.allocate``). A gang that fits gets a **plan** (member -> node) whose room is reserved
-in the cache, so every other pod and gang sees it as taken; a gang that does not fit holds
-nothing and gets a reason. Elastic members beyond min-member are placed after every waiting
-gang's core, one by one, only where room is left.
+first, then older first — and places each gang's missing core members all at once, inside
+one network-topology domain when it can (``actions.topology`` over ``actions.allocate``). A
+gang that fits gets a **plan** (member -> node) whose room is reserved in the cache, so every
+other pod and gang sees it as taken; a gang that does not fit holds nothing and gets a reason.
+Elastic members beyond min-member are placed after every waiting gang's core, one by one, only
+where room is left. Elastic members and a member moved by ``replan_member`` ignore topology; so
+do preemption and the head-of-line hold, which is why a gang kept waiting by its topology ask
+(not by capacity) gets neither.
 
 Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 """
@@ -24,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from app.core.actions import preempt, reclaim
-from app.core.actions.allocate import Allocation, allocate, why_unplaced
+from app.core.actions.allocate import allocate, why_unplaced
 from app.core.actions.backfill import Reservation, may_backfill, reserve_for
+from app.core.actions.topology import TopologyAllocation, allocate_topology
 from app.core.cache import ClusterCache, NodeView, Snapshot
 from app.core.model import Pod
 from app.core.podgroup import Gang, collect_gangs, gang_spec
@@ -34,6 +38,7 @@ from app.core.policies.proportion import admit
 from app.core.queuefile import QueueFile
 from app.core.queueing import QueueUsage, demand_of, measure, queue_name
 from app.core.queues import QueueConfig
+from app.core.topology import DEFAULT_KEYS, ask_of, tree_for
 from app.core.victims import Unit, running_units
 
 
@@ -143,8 +148,10 @@ class Planner:
         wall: Callable[[], float] = time.time,
         min_runtime: float = 60.0,
         preemption: bool = True,
+        topology_keys: Sequence[str] = DEFAULT_KEYS,
     ) -> None:
         self._cache = cache
+        self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.topology``)
         self._min_runtime = min_runtime
         self._preemption = preemption
         self._evictions: list[Eviction] = []
@@ -169,7 +176,7 @@ class Planner:
         self._lowest: tuple[int, int | None] | None = None
         self._queue_memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
         self._failed_view: NodeView | None = None
-        self._failed: dict[frozenset[tuple[tuple[object, ...], int]], list[tuple[object, ...]]] = {}
+        self._failed: dict[tuple[object, ...], tuple[list[tuple[object, ...]], str]] = {}
 
     # -- queries -------------------------------------------------------------------------
 
@@ -358,28 +365,39 @@ class Planner:
             hit = self._queue_memo[pod.uid] = (pod, config, name)
         return hit[2]
 
-    def _allocate(self, view: NodeView, members: Sequence[Pod]) -> Allocation:
-        """``allocate`` for a gang's core, remembering failures on ``view``.
+    def _allocate(self, view: NodeView, members: Sequence[Pod], gang: Gang) -> TopologyAllocation:
+        """``allocate_topology`` for a gang's core, remembering failures on ``view``.
 
-        Placement depends only on the view and the members' signatures, so a gang shaped like
-        one that just failed on the same view fails the same way (the usual queue of identical
-        jobs behind a full cluster): its answer is rebuilt without placing it again.
+        Placement depends only on the view, the members' signatures, the gang's topology ask
+        and where its running members are, so a gang shaped like one that just failed on the
+        same view fails the same way (the usual queue of identical jobs behind a full
+        cluster): its answer is rebuilt without placing it again. A failure caused by the ask
+        (not capacity) carries its ``reason``.
         """
         if view is not self._failed_view:
             self._failed_view, self._failed = view, {}
+        ask, problem = ask_of(gang.members)
+        placement = self._cache.snapshot().placement if gang.bound else {}
+        pinned = sorted({placement.get(p.uid) or p.node_name for p in gang.bound} - {""})
         signatures = [_signature(p) for p in members]
-        shape = frozenset(Counter(signatures).items())
-        unplaced = self._failed.get(shape)
-        if unplaced is not None:
+        key = (frozenset(Counter(signatures).items()), ask, problem, tuple(pinned))
+        failed = self._failed.get(key)
+        if failed is not None:
             pool = list(zip(signatures, members, strict=True))
             out = []
-            for wanted in unplaced:
+            for wanted in failed[0]:
                 i = next(i for i, (sig, _) in enumerate(pool) if sig == wanted)
                 out.append(pool.pop(i)[1])
-            return Allocation(unplaced=out)
-        allocation = allocate(view, members, strategy=self._strategy)
+            return TopologyAllocation(unplaced=out, reason=failed[1])
+        if problem:
+            allocation = TopologyAllocation(unplaced=list(members), reason=problem)
+        else:
+            tree = tree_for(view.table, self._topology_keys)
+            allocation = allocate_topology(
+                view, members, tree=tree, ask=ask, strategy=self._strategy, pinned=pinned
+            )
         if not allocation.complete:
-            self._failed[shape] = [_signature(p) for p in allocation.unplaced]
+            self._failed[key] = ([_signature(p) for p in allocation.unplaced], allocation.reason)
         return allocation
 
     def _tidy(self, snapshot: Snapshot, gangs: dict[str, Gang], now: float) -> None:
@@ -423,12 +441,15 @@ class Planner:
             self._reasons[gang.key] = blocked
             return False
         view = self._view_for(gang.key, core)
-        allocation = self._allocate(view, core)
-        if not allocation.complete and self._preempt(gang, core, queue, usage, now):
+        allocation = self._allocate(view, core, gang)
+        # Its topology ask, not capacity, blocks it: preemption and head-of-line holds are not
+        # topology-aware, so they would place it outside the domain it asks for.
+        asked = allocation.reason
+        if not allocation.complete and not asked and self._preempt(gang, core, queue, usage, now):
             return True
         if not allocation.complete:
-            reason = why_unplaced(view, allocation, gang.min_member)
-            if self._head is None:
+            reason = asked or why_unplaced(view, allocation, gang.min_member)
+            if self._head is None and not asked:
                 # First in line and blocked by capacity: hold the soonest-freeing room for it.
                 self._head = self._reserve_head(gang.key, core)
                 if self._head is not None:

@@ -17,7 +17,13 @@ from app.core.nodetable import NodeTable
 from app.core.policies import binpack, spread
 
 Scorer = Callable[[NodeView, np.ndarray, Resources], np.ndarray]
-STRATEGIES: dict[str, Scorer] = {"binpack": binpack.score, "spread": spread.score}
+#: ``muster`` (the default) ranks GPU pods with the live GPU placement policy
+#: (``app.core.gpuplacement``) in the extender; everywhere else it packs like ``binpack``.
+STRATEGIES: dict[str, Scorer] = {
+    "muster": binpack.score,
+    "binpack": binpack.score,
+    "spread": spread.score,
+}
 MAX_SCORE = 10
 
 

@@ -9,13 +9,11 @@ younger than their own ``muster.io/min-runtime`` are protected and never offered
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import dataclass
 
 from app.core import labels
 from app.core.actions.allocate import Allocation, allocate
-from app.core.cache import Snapshot
+from app.core.cache import NodeView, Snapshot, without
 from app.core.model import Pod
 from app.core.podgroup import Gang
 from app.core.runtime import parse_duration
@@ -92,20 +90,9 @@ def running_units(
     return units
 
 
-def freed(snapshot: Snapshot, units: Iterable[Unit]) -> np.ndarray:
-    """``used`` of ``snapshot.view`` with every pod of ``units`` gone."""
-    view = snapshot.view
-    used = view.used.copy()
-    seen: set[str] = set()
-    for unit in units:
-        for pod in unit.pods:
-            node = snapshot.placement.get(pod.uid)
-            row = view.index.get(node) if node else None
-            if row is None or pod.uid in seen:
-                continue
-            seen.add(pod.uid)
-            used[row] -= np.asarray(pod.requests, dtype=np.int64)
-    return used
+def freed(snapshot: Snapshot, units: Iterable[Unit]) -> NodeView:
+    """``snapshot.view`` with every pod of ``units`` gone (resources and GPU devices)."""
+    return without(snapshot, (pod for unit in units for pod in unit.pods))
 
 
 def cheapest_set(
@@ -120,7 +107,7 @@ def cheapest_set(
     all of them would not make room (then nothing should be evicted at all)."""
 
     def attempt(units: Sequence[Unit]) -> Allocation:
-        view = replace(snapshot.view, used=freed(snapshot, units))
+        view = freed(snapshot, units)
         return allocate(view, members, strategy=strategy)
 
     if not candidates or not attempt(candidates).complete:

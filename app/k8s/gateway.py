@@ -132,11 +132,24 @@ class KubeGateway:
 
     # -- Gateway ------------------------------------------------------------------------
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind the pod to ``node`` (409 Conflict if it is already bound anywhere)."""
-        metadata: dict[str, str] = {"name": name, "namespace": namespace}
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Bind the pod to ``node`` (409 Conflict if it is already bound anywhere).
+
+        ``annotations`` ride on the Binding: the API server copies them onto the pod in the
+        same write, so a pod is never bound without the GPU ids Muster chose for it.
+        """
+        metadata: dict[str, object] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

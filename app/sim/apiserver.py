@@ -67,8 +67,15 @@ class SimApi(InMemoryGateway):
 
     # -- the schedulers' side (Gateway) -----------------------------------------------------
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        super().bind(namespace, name, uid, node)
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        super().bind(namespace, name, uid, node, annotations)
         self._watcher.pod_bound(uid, node)
 
     def annotate_pod(

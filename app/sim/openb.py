@@ -37,7 +37,7 @@ import numpy as np
 from app.core.clusterfile import load_cluster_file
 from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk
 from app.core.model import Node
-from app.core.policies.fgd import FgdPolicy, MusterPolicy, WorkloadMix
+from app.core.policies.fgd import FgdPolicy, MusterPolicy, WorkloadMix, default_policy
 from app.core.policies.gpushare import (
     BestFitPolicy,
     GpuPackingPolicy,
@@ -46,7 +46,7 @@ from app.core.policies.gpushare import (
     choose,
 )
 
-POLICIES = ("random", "best-fit", "gpu-packing", "fgd", "muster-default")
+POLICIES = ("random", "best-fit", "gpu-packing", "fgd", "muster-default", "muster-oracle")
 TARGET = 1.30
 #: x axis of the allocation curve: arrived GPU request, % of capacity.
 GRID = np.arange(0, int(TARGET * 100) + 1)
@@ -147,11 +147,13 @@ def make_policy(name: str, trace: Trace, seed: int) -> PlacementPolicy:
         return BestFitPolicy()
     if name == "gpu-packing":
         return GpuPackingPolicy()
-    if name in ("fgd", "muster-default"):
+    if name == "muster-default":
+        return default_policy()
+    if name in ("fgd", "muster-oracle"):
         asks = [trace.ask(i) for i in range(len(trace))]
         if name == "fgd":  # the paper's classes: GPU shape and cpu
             return FgdPolicy(WorkloadMix.of(asks, memory=False))
-        return MusterPolicy(WorkloadMix.of(asks))
+        return MusterPolicy(WorkloadMix.of(asks), name="muster-oracle")
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 
 
@@ -187,6 +189,7 @@ def simulate(
     capacity = table.gpu_capacity
     arrivals = arrival_order(trace, capacity, seed)
     chosen = factory(policy, trace, seed)
+    observe = getattr(chosen, "observe", None)  # a policy that learns the mix as pods arrive
     request = trace.gpu_request
     asks: dict[int, PodAsk] = {}
     allocated = np.zeros(len(arrivals), dtype=np.int64)
@@ -196,6 +199,8 @@ def simulate(
         ask = asks.get(i)
         if ask is None:
             ask = asks[i] = trace.ask(i)
+        if observe is not None:
+            observe(ask)
         pick = choose(chosen, table, ask)
         if pick is not None:
             table.apply(pick.row, ask, pick.devices)

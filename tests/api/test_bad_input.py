@@ -62,6 +62,21 @@ BAD = [
     (
         "/filter",
         body(
+            Pod=pod_json("p", annotations={"muster.io/gpu-fraction": "1.5"}),
+            NodeNames=["h100-0"],
+        ),
+        422,
+        "Pod.metadata.annotations[muster.io/gpu-fraction]",
+    ),
+    (
+        "/prioritize",
+        body(Pod=pod_json("p", gpu=1, annotations={"gpu-fraction": "0.5"}), NodeNames=["h100-0"]),
+        422,
+        "Pod.metadata.annotations[gpu-fraction]",
+    ),
+    (
+        "/filter",
+        body(
             Pod=POD,
             Nodes={
                 "items": [

@@ -40,7 +40,16 @@ def test_health_ready_debug_and_metrics() -> None:
         assert client.post("/bind", content=json.dumps(bind)).json() == {"Error": ""}
 
         nodes = {n["name"]: n for n in client.get("/debug/nodes").json()["nodes"]}
-        assert nodes["a100-0"]["gpus"] == {"total": 4.0, "used": 4.0, "free": 0.0}
+        gpus = nodes["a100-0"]["gpus"]
+        assert {k: gpus[k] for k in ("total", "used", "free")} == {
+            "total": 4.0,
+            "used": 4.0,
+            "free": 0.0,
+        }
+        assert gpus["devices"] == [
+            {"index": d, "free": 0.0, "pods": ["default/trainer"]} for d in range(4)
+        ]
+        assert gpus["topology"]["devices"] == 4
         assert nodes["a100-0"]["free"]["nvidia.com/gpu"] == "0" and nodes["a100-0"]["pods"] == 1
         pods = client.get("/debug/pods").json()["pods"]
         assert [(p["name"], p["node"], p["state"]) for p in pods] == [

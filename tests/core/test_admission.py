@@ -780,3 +780,41 @@ def test_agreed_min_member() -> None:
     assert agreed_min_member(pods, "ml", "h") is None
     assert agreed_min_member([*pods, member("d", {G: "g", M: "3"})], "ml", "g") is None
     assert agreed_min_member(pods, "other", "g") is None
+
+
+SHARE_SPECS = [
+    # (first container's resources, expected after the patch)
+    (None, {"requests": {"muster.io/gpu-share": "1"}, "limits": {"muster.io/gpu-share": "1"}}),
+    ({}, {"requests": {"muster.io/gpu-share": "1"}, "limits": {"muster.io/gpu-share": "1"}}),
+    (
+        {"requests": {"cpu": "1"}},
+        {
+            "requests": {"cpu": "1", "muster.io/gpu-share": "1"},
+            "limits": {"muster.io/gpu-share": "1"},
+        },
+    ),
+    (
+        {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}},
+        {
+            "requests": {"cpu": "1", "muster.io/gpu-share": "1"},
+            "limits": {"memory": "1Gi", "muster.io/gpu-share": "1"},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("resources", "expected"), SHARE_SPECS)
+def test_gpu_share_pods_get_the_marker_resource_once(resources: Any, expected: Any) -> None:
+    from app.core.admission import share_resource_ops
+    from tests.reviews import apply_patch
+
+    container: dict[str, Any] = {"name": "main", "image": "x"}
+    if resources is not None:
+        container["resources"] = resources
+    doc = {"spec": {"containers": [container, {"name": "side", "image": "y"}]}}
+    annotations = {"muster.io/gpu-fraction": "0.5"}
+    patched = apply_patch(doc, share_resource_ops(doc["spec"], {}, annotations))
+    assert patched["spec"]["containers"][0]["resources"] == expected
+    assert "resources" not in patched["spec"]["containers"][1]
+    assert share_resource_ops(patched["spec"], {}, annotations) == []  # idempotent
+    assert share_resource_ops(doc["spec"], {}, {}) == []  # only for GPU-share pods

@@ -152,3 +152,50 @@ def test_node_prefers_allocatable_and_reads_taints() -> None:
 def test_node_falls_back_to_capacity() -> None:
     node = node_from_dict({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}})
     assert node.allocatable.cpu == 4000
+
+
+FRACTIONS = [
+    # (annotations, labels, gpu request, expected milli or error text)
+    ({"muster.io/gpu-fraction": "0.25"}, {}, 0, 250),
+    ({"gpu-fraction": "0.5"}, {}, 0, 500),  # KAI's key
+    ({}, {"muster.io/gpu-fraction": "0.125"}, 0, 125),
+    ({"muster.io/gpu-fraction": "1"}, {}, 0, "whole"),
+    ({"muster.io/gpu-fraction": "1.5"}, {}, 0,
+     "annotations[muster.io/gpu-fraction]: expected a share of one GPU in (0, 1], got '1.5'"),
+    ({"muster.io/gpu-fraction": "half"}, {}, 0, "got 'half'"),
+    ({"muster.io/gpu-fraction": "nan"}, {}, 0, "got 'nan'"),
+    ({"muster.io/gpu-fraction": "0.0001"}, {}, 0, "below the smallest share, 0.001"),
+    ({"gpu-fraction": "0.5"}, {}, 1,
+     "annotations[gpu-fraction]: a GPU share cannot be combined with a nvidia.com/gpu request"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("annotations", "labels", "gpu", "expected"), FRACTIONS)
+def test_gpu_fraction(annotations: dict, labels: dict, gpu: int, expected: object) -> None:
+    from tests.factories import pod_json
+
+    data = pod_json("p", gpu=gpu, annotations=annotations, labels=labels)
+    if isinstance(expected, str) and expected != "whole":
+        with pytest.raises(InvalidInput) as info:
+            pod_from_dict(data)
+        assert expected in str(info.value)
+        assert str(info.value).startswith("Pod.metadata.")
+        # A pod already bound keeps counting what it requests instead of being dropped.
+        data["spec"]["nodeName"] = "n1"
+        assert pod_from_dict(data).gpu_fraction == 0
+        return
+    made = pod_from_dict(data)
+    if expected == "whole":
+        assert (made.gpu_fraction, made.requests.gpu, made.gpu_shape) == (0, 1000, (1, 1000))
+    else:
+        assert made.gpu_fraction == expected
+        assert made.requests.gpu == expected
+        assert made.gpu_shape == (1, expected)
+
+
+def test_gpu_ids_annotation() -> None:
+    from tests.factories import pod_json
+
+    for text, ids in [("0,1", (0, 1)), ("3", (3,)), ("", ()), ("x", ()), ("1,1", ()), ("-1", ())]:
+        data = pod_json("p", gpu=1, node="n", annotations={"muster.io/gpu-ids": text})
+        assert pod_from_dict(data).gpu_ids == ids, text

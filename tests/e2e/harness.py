@@ -55,6 +55,8 @@ extenders:
     managedResources:
       - name: nvidia.com/gpu
         ignoredByScheduler: true
+      - name: muster.io/gpu-share
+        ignoredByScheduler: true
 """
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from app.core.cache import NodeView, shortfall
+from app.core.devices import default_choice, device_count, fits_mask
 from app.core.filter import eligible
 from app.core.model import Pod, Resources
 from app.core.prioritize import STRATEGIES
@@ -53,6 +54,7 @@ def allocate(
     used = view.used.copy()
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)
+    gpu_free = view.gpu_free.copy() if len(view.gpu_free) == len(view.nodes) else None
     all_rows = np.arange(len(view.nodes))
     masks: dict[tuple, np.ndarray] = {}
     for pod in sorted(
@@ -65,6 +67,9 @@ def allocate(
             mask = masks[signature] = eligible(view, pod)
         need = np.asarray(pod.requests, dtype=np.int64)
         ok = mask & ((view.allocatable - used) >= need).all(axis=1)
+        shape = pod.gpu_shape
+        if shape[0] and gpu_free is not None:
+            ok &= fits_mask(gpu_free, shape)
         if allowed is not None and pod.uid in allowed:
             ok &= allowed[pod.uid]
         if not ok.any():
@@ -74,6 +79,11 @@ def allocate(
         scores = scorer(working, rows, pod.requests) + _LOCALITY * chosen[rows]
         row = int(rows[int(np.argmax(scores))])
         used[row] += need
+        if shape[0] and gpu_free is not None:
+            node = view.nodes[row]
+            devices = default_choice(node, gpu_free[row, : device_count(node)].tolist(), shape)
+            assert devices is not None  # fits_mask said so
+            gpu_free[row, list(devices)] -= shape[1]
         chosen[row] = True
         result.placed[pod.uid] = view.nodes[row].name
     return result

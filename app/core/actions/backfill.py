@@ -11,12 +11,10 @@ it (backfill), so the big gang starts on time and the holes it leaves meanwhile 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import dataclass
 
 from app.core.actions.allocate import allocate
-from app.core.cache import Snapshot
+from app.core.cache import Snapshot, without
 from app.core.model import Pod, Resources
 from app.core.runtime import declared_runtime, expected_end
 
@@ -55,10 +53,8 @@ def reserve_for(
     running.sort(key=lambda r: r[0])
 
     def attempt(k: int):  # noqa: ANN202 - local helper
-        used = view.used.copy()
-        for _, row, pod in running[:k]:
-            used[row] -= np.asarray(pod.requests, dtype=np.int64)
-        return allocate(replace(view, used=used), members, strategy=strategy)
+        gone = without(snapshot, (pod for _, _, pod in running[:k]), view)
+        return allocate(gone, members, strategy=strategy)
 
     if not attempt(len(running)).complete:
         return None

@@ -141,8 +141,16 @@ class FragTable:
     devices) and ``cpu_only`` (weight of the classes without GPUs).
     """
 
-    def __init__(self, mix: WorkloadMix, model_names: Sequence[str], max_devices: int) -> None:
+    def __init__(
+        self,
+        mix: WorkloadMix,
+        model_names: Sequence[str],
+        max_devices: int,
+        *,
+        sized: bool = False,
+    ) -> None:
         self.mix = mix
+        self.sized = sized
         self.model_names = tuple(model_names)
         classes = mix.classes
         gpu = sum(p * c.count * c.milli for c, p in zip(classes, mix.weights, strict=True))
@@ -168,14 +176,15 @@ class FragTable:
             models = [i for i, m in enumerate(model_names) if c.count == 0 or c.allows(m)]
             region = (models, slice(cb, None), slice(mb, None))
             if c.count == 0:
-                cpu_only[region] += p
+                cpu_only[region] += 0.0 if sized else p
             elif c.count == 1:
-                shares[(*region, self.share_bucket[c.milli])] += p
+                shares[(*region, self.share_bucket[c.milli])] += p * (c.milli / MILLI if sized else 1)
             elif c.count <= max_devices:
-                multi[(*region, slice(c.count, None))] += p
+                multi[(*region, slice(c.count, None))] += p * (c.count if sized else 1)
         self.shares = np.cumsum(shares, axis=-1).reshape(-1)  # [cell * (len(milli) + 1) + bucket]
         self._share_width = len(milli) + 1
-        self.multi = (multi * (MILLI * np.arange(max_devices + 1))).reshape(-1, max_devices + 1)
+        per_device = MILLI if sized else MILLI * np.arange(max_devices + 1)
+        self.multi = (multi * per_device).reshape(-1, max_devices + 1)
         self.cpu_only = cpu_only.reshape(-1)
 
     def cell(self, model: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray) -> np.ndarray:
@@ -186,7 +195,8 @@ class FragTable:
 
     def device_values(self, cell: np.ndarray, free: np.ndarray) -> np.ndarray:
         """Expected usable milli of each device (``free``: rows x devices) for the shares."""
-        return free * self.shares[cell[:, None] * self._share_width + self.share_bucket[free]]
+        weight = self.shares[cell[:, None] * self._share_width + self.share_bucket[free]]
+        return MILLI * weight if self.sized else free * weight
 
     def whole_value(self, cell: np.ndarray) -> np.ndarray:
         """``device_values`` of one fully free device in each cell."""
@@ -221,6 +231,8 @@ class FgdPolicy:
     """The placement with the smallest fragmentation increase; lowest device among equals."""
 
     name = "fgd"
+    #: value a gap by the size of the task that would take it (``FragTable(sized=...)``)
+    sized = False
 
     def __init__(self, mix: MixSource) -> None:
         self._source = mix
@@ -236,7 +248,9 @@ class FgdPolicy:
             or ft.model_names != tuple(table.model_names)
             or ft.multi.shape[1] != table.free.shape[1] + 1
         ):
-            ft = self._compiled = FragTable(mix, table.model_names, table.free.shape[1])
+            ft = self._compiled = FragTable(
+                mix, table.model_names, table.free.shape[1], sized=self.sized
+            )
         return ft
 
     def increase(self, table: GpuTable, ask: PodAsk) -> Increase:
@@ -304,8 +318,13 @@ class MusterPolicy(FgdPolicy):
         balance: float = 1.0,
         pack: float = 0.01,
         node_pack: float = 0.001,
+        sized: bool = False,
+        name: str | None = None,
     ) -> None:
         super().__init__(mix)
+        self.sized = sized
+        if name is not None:
+            self.name = name
         self.balance = balance
         self.pack = pack
         self.node_pack = node_pack
@@ -339,3 +358,33 @@ class MusterPolicy(FgdPolicy):
         device = np.argmin(by_device, axis=1)
         cost = by_device[np.arange(len(table)), device] + extra
         return Ranking(cost, device)
+
+
+class LiveGpuPolicy:
+    """Muster's default GPU placement as the live extender runs it: ``MusterPolicy`` over a
+    ``RecentMix`` it learns itself.
+
+    The caller shows it every pod once, when the pod is first seen, with ``observe`` and
+    BEFORE ranking the pod with ``rank``: the pod being placed is then part of the target
+    workload, so the first pods of a class are never scored against a mix that lacks it.
+    """
+
+    name = "muster-default"
+
+    def __init__(self, mix: RecentMix | None = None, **weights: float) -> None:
+        self.mix = mix if mix is not None else RecentMix()
+        self.policy = MusterPolicy(self.mix, **weights)
+
+    def observe(self, ask: PodAsk) -> None:
+        """Count a newly seen pod's ask in the learned mix."""
+        self.mix.observe(ask)
+
+    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+        """``MusterPolicy.rank`` against the mix learned so far."""
+        return self.policy.rank(table, ask)
+
+
+def default_policy() -> LiveGpuPolicy:
+    """The one construction of Muster's default GPU placement (the extender and the openb
+    simulation both use it)."""
+    return LiveGpuPolicy(RecentMix())

@@ -1,0 +1,284 @@
+"""Per-device GPU accounting: shares of one GPU, whole GPUs, device ids at bind, restarts.
+
+Scenario tables drive the real cache, extender and in-memory gateway: each step filters or
+binds one pod and states what must happen (the devices chosen, or the refusal's text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from app.core.cache import ClusterCache
+from app.core.devices import MILLI, DeviceLedger
+from app.core.extender import Extender
+from app.core.gateway import InMemoryGateway
+from app.core.gputopology import GpuTopology, to_annotation
+from app.core.labels import GPU_IDS, GPU_TOPOLOGY
+from app.core.model import Node, Pod
+from tests.factories import node, pod
+
+PCIE_PAIRS = to_annotation(
+    GpuTopology(
+        8,
+        (0, 0, 0, 0, 1, 1, 1, 1),
+        (frozenset({0, 1}), frozenset({2, 3}), frozenset({4, 5}), frozenset({6, 7})),
+    )
+)
+
+
+def gpu_node(name: str, gpus: int, topology: str | None = None) -> Node:
+    made = node(name, gpus=gpus)
+    return replace(made, annotations={GPU_TOPOLOGY: topology}) if topology else made
+
+
+def share(name: str, fraction: str, annotations: dict[str, str] | None = None, **kw: Any) -> Pod:
+    return pod(name, annotations={"muster.io/gpu-fraction": fraction, **(annotations or {})}, **kw)
+
+
+@dataclass
+class Step:
+    """Bind ``pod`` to ``node`` (``devices``: the ids it must get, or ``error`` text), or
+    with ``filter=True`` only check ``failed`` reasons for that node."""
+
+    pod: Pod
+    node: str
+    devices: tuple[int, ...] | None = None
+    error: str = ""
+    filter: bool = False
+    failed: str = ""
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[Node]
+    steps: list[Step] = field(default_factory=list)
+    #: pods already bound (by the API), possibly with ``muster.io/gpu-ids``
+    running: list[Pod] = field(default_factory=list)
+
+
+CASES = [
+    Case(
+        "equal shares fill one device before opening the next",
+        [gpu_node("n", 2)],
+        [
+            Step(share("a", "0.25"), "n", devices=(0,)),
+            Step(share("b", "0.25"), "n", devices=(0,)),
+            Step(share("c", "0.25"), "n", devices=(0,)),
+            Step(share("d", "0.25"), "n", devices=(0,)),
+            Step(share("e", "0.25"), "n", devices=(1,)),
+        ],
+    ),
+    Case(
+        "a share goes where it leaves the recent mix room (0.5 after 0.5 stays placeable)",
+        [gpu_node("n", 2)],
+        [
+            Step(share("a", "0.5"), "n", devices=(0,)),
+            Step(share("b", "0.25"), "n", devices=(1,)),
+            Step(share("c", "0.5"), "n", devices=(0,)),
+        ],
+    ),
+    Case(
+        "a share never exceeds a device, although the node has enough GPU in total",
+        [gpu_node("n", 2)],
+        [
+            Step(share("a", "0.6"), "n", devices=(0,)),
+            Step(share("b", "0.6"), "n", devices=(1,)),
+            Step(
+                share("c", "0.5"),
+                "n",
+                filter=True,
+                failed="needs 0.5 of one nvidia.com/gpu, at most 0.4 free on one GPU",
+            ),
+            Step(
+                share("c", "0.5"),
+                "n",
+                error="needs 0.5 of one nvidia.com/gpu, at most 0.4 free on one GPU",
+            ),
+        ],
+    ),
+    Case(
+        "whole GPUs need fully free devices, not just enough GPU in total",
+        [gpu_node("n", 4)],
+        [
+            Step(
+                pod("c", gpu=3),
+                "n",
+                filter=True,
+                failed="needs 3 whole nvidia.com/gpu, 2 fully free (2 partly used)",
+            ),
+            Step(pod("d", gpu=2), "n", devices=(2, 3)),
+        ],
+        running=[
+            share("a", "0.5", node="n", annotations={GPU_IDS: "0"}),
+            share("b", "0.5", node="n", annotations={GPU_IDS: "1"}),
+        ],
+    ),
+    Case(
+        "2-GPU pods get NVLink pairs on a PCIe box",
+        [gpu_node("n", 8, PCIE_PAIRS)],
+        [
+            Step(pod("a", gpu=1), "n", devices=(0,)),
+            Step(pod("b", gpu=2), "n", devices=(2, 3)),
+            Step(pod("c", gpu=2), "n", devices=(4, 5)),
+            Step(pod("d", gpu=1), "n", devices=(1,)),
+            Step(pod("e", gpu=2), "n", devices=(6, 7)),
+        ],
+    ),
+    Case(
+        "4 GPUs stay on one NUMA node of a PCIe box",
+        [gpu_node("n", 8, PCIE_PAIRS)],
+        [
+            Step(pod("a", gpu=1), "n", devices=(0,)),
+            Step(pod("b", gpu=4), "n", devices=(4, 5, 6, 7)),
+        ],
+    ),
+    Case(
+        "a fraction of 1 is a whole GPU",
+        [gpu_node("n", 1)],
+        [
+            Step(share("a", "1"), "n", devices=(0,)),
+            Step(share("b", "0.1"), "n", filter=True, failed="needs 0.1 nvidia.com/gpu, 0 free"),
+        ],
+    ),
+]
+
+
+def run_case(case: Case) -> tuple[ClusterCache, Extender, InMemoryGateway]:
+    cache = ClusterCache()
+    cache.upsert_nodes(case.nodes)
+    cache.upsert_pods(case.running)
+    gateway = InMemoryGateway(cache)
+    extender = Extender(cache, gateway, strategy="muster")
+    for step in case.steps:
+        names = [n.name for n in case.nodes]
+        if step.filter:
+            result = extender.filter(step.pod, names)
+            assert step.node not in result.feasible, step
+            assert result.failed[step.node] == step.failed
+            continue
+        extender.filter(step.pod, names)
+        outcome = asyncio.run(
+            extender.bind(step.pod.namespace, step.pod.name, step.pod.uid, step.node)
+        )
+        if step.error:
+            assert step.error in outcome.error, outcome
+            continue
+        assert not outcome.error, outcome
+        bound = cache.pod(step.pod.uid)
+        assert bound is not None and bound.node_name == step.node
+        assert cache.devices_of(step.pod.uid) == step.devices, step.pod.name
+        expected = ",".join(map(str, step.devices or ()))
+        assert bound.annotations.get(GPU_IDS) == expected
+    return cache, extender, gateway
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_device_scenarios(case: Case) -> None:
+    cache, _, _ = run_case(case)
+    assert_within_devices(cache)
+
+
+def assert_within_devices(cache: ClusterCache) -> None:
+    view = cache.view()
+    assert (view.gpu_free >= 0).all(), view.gpu_free
+    assert (view.gpu_free <= MILLI).all()
+    snapshot = cache.snapshot()
+    used = {}
+    for held in snapshot.devices.values():
+        for d in held.devices:
+            used[(held.node, d)] = used.get((held.node, d), 0) + held.milli
+    assert all(v <= MILLI for v in used.values()), used
+
+
+def test_restart_rebuilds_the_same_devices_from_annotations() -> None:
+    cache, _, _ = run_case(CASES[3])
+    bound = [p for p in cache.snapshot().pods.values() if p.node_name]
+    fresh = ClusterCache()
+    # The watch may deliver pods before nodes, and in any order.
+    fresh.upsert_pods(reversed(bound))
+    fresh.upsert_nodes(CASES[3].nodes)
+    for p in bound:
+        assert fresh.devices_of(p.uid) == cache.devices_of(p.uid)
+    assert (fresh.view().gpu_free == cache.view().gpu_free).all()
+
+
+def test_pods_bound_elsewhere_are_counted_even_when_they_overcommit() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([gpu_node("n", 1)])
+    cache.upsert_pod(share("a", "0.75", node="n"))
+    cache.upsert_pod(share("b", "0.5", node="n"))  # another scheduler put it there
+    view = cache.view()
+    assert view.gpu_free[0, 0] == -250
+    extender = Extender(cache, InMemoryGateway(cache))
+    result = extender.filter(share("c", "0.1"), ["n"])
+    assert result.feasible == []
+
+
+def test_parallel_share_binds_never_overcommit_a_device() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([gpu_node(f"n{i}", 2) for i in range(3)])
+    gateway = InMemoryGateway(cache)
+    extender = Extender(cache, gateway, strategy="muster")
+    rng = random.Random(7)
+    pods = [share(f"p{i}", rng.choice(["0.1", "0.25", "0.3", "0.5", "0.7"])) for i in range(60)]
+    for p in pods:
+        extender.filter(p, ["n0", "n1", "n2"])
+    barrier = threading.Barrier(12)
+
+    def worker(chunk: list[Pod]) -> None:
+        barrier.wait()
+        for p in chunk:
+            asyncio.run(extender.bind(p.namespace, p.name, p.uid, rng.choice(["n0", "n1", "n2"])))
+
+    threads = [threading.Thread(target=worker, args=(pods[i::12],)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert_within_devices(cache)
+    bound = sum(1 for p in pods if cache.devices_of(p.uid))
+    assert bound > 6  # some fit, the rest were refused rather than over-committed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_binds_and_deletes_keep_devices_within_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    nodes = [gpu_node(f"n{i}", rng.choice([1, 2, 4, 8])) for i in range(4)]
+    cache.upsert_nodes(nodes)
+    extender = Extender(cache, InMemoryGateway(cache), strategy="muster")
+    alive: list[Pod] = []
+    for i in range(150):
+        if alive and rng.random() < 0.3:
+            gone = alive.pop(rng.randrange(len(alive)))
+            cache.delete_pod(gone.uid)
+            continue
+        if rng.random() < 0.5:
+            p = share(f"p{i}", rng.choice(["0.1", "0.2", "0.5", "0.9"]))
+        else:
+            p = pod(f"p{i}", gpu=rng.choice([1, 2, 4]))
+        names = [n.name for n in nodes]
+        result = extender.filter(p, names)
+        if not result.feasible:
+            continue
+        best = extender.prioritize(p, result.feasible)
+        target = max(best.pairs(), key=lambda pair: pair[1])[0]
+        outcome = asyncio.run(extender.bind(p.namespace, p.name, p.uid, target))
+        assert not outcome.error, outcome
+        alive.append(p)
+        assert_within_devices(cache)
+    # A fresh ledger built from the bound pods agrees with the incremental one.
+    ledger = DeviceLedger()
+    snapshot = cache.snapshot()
+    ledger.set_nodes(nodes, dict(snapshot.pods))
+    for uid, p in snapshot.pods.items():
+        if p.node_name:
+            ledger.place(uid, p.node_name, p)
+    assert (ledger.free() == cache.view().gpu_free).all()

@@ -1,0 +1,375 @@
+"""Topology-aware gang placement: scenarios through the real cache and planner.
+
+Nodes are written as ``(name, "zone/spine/block", gpus, gpus in use)``; ``-`` leaves a level's
+label off. The parts of the path map onto the topology keys in order (the default keys'
+``kubernetes.io/hostname`` comes from the node factory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from app.cli import _serve_settings, build_parser
+from app.core.actions.allocate import allocate
+from app.core.model import Node, Pod
+from app.core.topology import DEFAULT_KEYS, Tree, build
+from app.services import build_services
+from app.settings import Settings
+from tests.core.gangsim import Cluster
+from tests.factories import node, pod
+
+Box = tuple[str, str, int, int]
+
+REQUIRED = "muster.io/topology-required"
+PREFERRED = "muster.io/topology-preferred"
+GKE = (
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+)
+
+
+def nodes_of(boxes: Sequence[Box], keys: Sequence[str] = DEFAULT_KEYS) -> list[Node]:
+    out = []
+    for name, path, gpus, _ in boxes:
+        labels = {k: v for k, v in zip(keys, path.split("/"), strict=False) if v != "-"}
+        out.append(node(name, gpus=gpus, labels=labels))
+    return out
+
+
+def cluster_of(boxes: Sequence[Box], keys: Sequence[str] = DEFAULT_KEYS) -> Cluster:
+    """A cluster whose nodes already run ``gpus in use`` worth of non-gang pods."""
+    cluster = Cluster(nodes_of(boxes, keys), planner_options={"topology_keys": keys})
+    cluster.cache.upsert_pods(
+        pod(f"busy-{name}", gpu=used, node=name) for name, _, _, used in boxes if used
+    )
+    return cluster
+
+
+def gang(
+    size: int, gpu: int, ask: dict[str, str], *, via: str = "annotations", name: str = "llama"
+) -> list[Pod]:
+    group = {"muster.io/pod-group": name, "muster.io/min-member": str(size)}
+    meta = {"labels": {**group, **ask}} if via == "labels" else {
+        "labels": group, "annotations": ask}  # fmt: skip
+    return [pod(f"{name}-{i}", gpu=gpu, namespace="ml", created=i, **meta) for i in range(size)]
+
+
+def planned(cluster: Cluster, members: Sequence[Pod], name: str = "llama") -> set[str]:
+    cluster.extender.planner.cycle(force=True)
+    plan = cluster.extender.planner.plan(f"ml/{name}")
+    return set(plan.members.values()) if plan else set()
+
+
+def domains(boxes: Sequence[Box], nodes: set[str], part: int) -> set[str]:
+    """The ``part``-th path component (0 zone, 1 spine, 2 block) of ``nodes``."""
+    return {path.split("/")[part] for name, path, _, _ in boxes if name in nodes}
+
+
+# -- where gangs land ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    id: str
+    nodes: tuple[Box, ...]
+    size: int
+    gpu: int
+    lands: frozenset[str]
+    ask: dict[str, str] = field(default_factory=dict)
+    via: str = "annotations"
+    keys: tuple[str, ...] = DEFAULT_KEYS
+    #: path part (0 zone, 1 spine, 2 block, 3 node) over which plain binpack would split it
+    binpack_splits: int | None = None
+
+
+IDLE_BLOCKS = (("a1", "z1/s1/b1", 8, 0), ("c1", "z1/s2/b2", 8, 0),
+               ("a2", "z1/s1/b1", 8, 0), ("c2", "z1/s2/b2", 8, 0))  # fmt: skip
+SPINE_ONLY = (("c1", "z1/s2/b3", 8, 0), ("a1", "z1/s1/b1", 8, 0),
+              ("c2", "z1/s2/b3", 8, 8), ("a2", "z1/s1/b2", 8, 0))  # fmt: skip
+
+PLACEMENTS = [
+    Placement(
+        "16x1 GPU: one block, not binpack's partly used nodes across spines",
+        (("c1", "z1/s2/b2", 8, 4), ("a1", "z1/s1/b1", 8, 0),
+         ("c2", "z1/s2/b2", 8, 4), ("a2", "z1/s1/b1", 8, 0)),  # fmt: skip
+        16, 1, frozenset({"a1", "a2"}), binpack_splits=1,
+    ),
+    Placement(
+        "2x8 GPU: two nodes of one block, where binpack alternates spines",
+        IDLE_BLOCKS, 2, 8, frozenset({"a1", "a2"}), binpack_splits=1,
+    ),
+    Placement(
+        "no ask: a gang that fits one node takes one node",
+        (("a1", "z1/s1/b1", 8, 6), ("a2", "z1/s1/b1", 8, 4)),
+        4, 1, frozenset({"a2"}), binpack_splits=3,
+    ),
+    Placement(
+        "required block, asked through labels",
+        IDLE_BLOCKS, 2, 8, frozenset({"a1", "a2"}), {REQUIRED: "block"}, via="labels",
+    ),
+    Placement(
+        "a level may be named by its full key",
+        IDLE_BLOCKS, 2, 8, frozenset({"a1", "a2"}),
+        {REQUIRED: "network.topology.nvidia.com/block"},
+    ),
+    Placement(
+        "preferred block: no block fits, so one spine (the narrowest broader level)",
+        SPINE_ONLY, 2, 8, frozenset({"a1", "a2"}), {PREFERRED: "block"}, binpack_splits=1,
+    ),
+    Placement(
+        "required spine fits where no block does",
+        SPINE_ONLY, 2, 8, frozenset({"a1", "a2"}), {REQUIRED: "spine"},
+    ),
+    Placement(
+        "preferred block: not even one zone fits, so anywhere",
+        (("a1", "z1/s1/b1", 8, 0), ("b1", "z2/s2/b2", 8, 0)),
+        2, 8, frozenset({"a1", "b1"}), {PREFERRED: "block"},
+    ),
+    Placement(
+        "leftover: of two blocks that fit, the one left with fewest free GPUs",
+        (("x1", "z1/s1/b1", 8, 0), ("x2", "z1/s1/b1", 8, 0), ("x3", "z1/s1/b1", 8, 0),
+         ("y1", "z1/s1/b2", 8, 0), ("y2", "z1/s1/b2", 8, 0)),  # fmt: skip
+        2, 8, frozenset({"y1", "y2"}), {REQUIRED: "block"},
+    ),
+    Placement(
+        "leftover: equal GPUs left, so the block whose leftover is scattered, not a whole node",
+        (("x1", "z1/s1/b1", 8, 0), ("x2", "z1/s1/b1", 8, 0), ("x3", "z1/s1/b1", 8, 0),
+         ("y1", "z1/s1/b2", 8, 0), ("y2", "z1/s1/b2", 8, 0), ("y3", "z1/s1/b2", 8, 6),
+         ("y4", "z1/s1/b2", 8, 6), ("y5", "z1/s1/b2", 8, 6), ("y6", "z1/s1/b2", 8, 6)),  # fmt: skip
+        2, 8, frozenset({"y1", "y2"}), {REQUIRED: "block"},
+    ),
+    Placement(
+        "same block name under two spines: two different blocks",
+        (("a1", "z1/s1/b1", 8, 0), ("c1", "z1/s2/b1", 8, 0), ("c2", "z1/s2/b1", 8, 0)),
+        2, 8, frozenset({"c1", "c2"}), {REQUIRED: "block"},
+    ),
+    Placement(
+        "custom keys (GKE): required gce-topology-block",
+        (("g1", "blk-a/sb-1/h1", 8, 0), ("g2", "blk-b/sb-2/h2", 8, 0),
+         ("g3", "blk-a/sb-3/h3", 8, 0)),  # fmt: skip
+        2, 8, frozenset({"g1", "g3"}), {REQUIRED: "gce-topology-block"}, keys=GKE,
+        binpack_splits=0,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", PLACEMENTS, ids=lambda c: c.id)
+def test_gang_lands_in_one_domain(case: Placement) -> None:
+    cluster = cluster_of(case.nodes, case.keys)
+    members = gang(case.size, case.gpu, case.ask, via=case.via)
+    cluster.cache.upsert_pods(members)
+    if case.binpack_splits is not None:  # the scenario means something: binpack alone splits
+        plain = allocate(cluster.cache.view(), members, strategy="binpack")
+        assert plain.complete
+        used = set(plain.placed.values())
+        part = case.binpack_splits
+        assert len(used if part == 3 else domains(case.nodes, used, part)) > 1
+    assert planned(cluster, members) == case.lands
+
+
+# -- why gangs wait -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waiting:
+    id: str
+    nodes: tuple[Box, ...]
+    size: int
+    gpu: int
+    ask: dict[str, str]
+    reason: str
+
+
+HALF_FREE = (("a1", "z1/s1/b1", 8, 4), ("a2", "z1/s1/b1", 8, 4),
+             ("c1", "z1/s2/b2", 8, 4), ("c2", "z1/s2/b2", 8, 4))  # fmt: skip
+
+WAITING = [
+    Waiting(
+        "required block: no block has room, although the cluster has",
+        HALF_FREE, 16, 1, {REQUIRED: "block"},
+        "no single block has room for 16 nvidia.com/gpu (largest free: 8)",
+    ),
+    Waiting(
+        "required block: room enough in total, but not on nodes that hold whole members",
+        HALF_FREE[:2] + (("a3", "z1/s1/b1", 8, 4), ("a4", "z1/s1/b1", 8, 4),
+                         ("c1", "z1/s2/b2", 8, 8)), 2, 8,
+        {REQUIRED: "block"},
+        "no single block has room for 16 nvidia.com/gpu "
+        "(largest free: 16, but not on nodes that can hold all 2 members)",
+    ),
+    Waiting(
+        "nodes without a block label are each alone at the block level",
+        (("u1", "z1/s1/-", 8, 0), ("u2", "z1/s1/-", 8, 0), ("a1", "z1/s1/b1", 8, 4),
+         ("a2", "z1/s1/b1", 8, 4)),  # fmt: skip
+        16, 1, {REQUIRED: "block"},
+        "no single block has room for 16 nvidia.com/gpu (largest free: 8)",
+    ),
+    Waiting(
+        "unknown required level",
+        HALF_FREE, 2, 1, {REQUIRED: "rack"},
+        "unknown topology level 'rack' in muster.io/topology-required; "
+        "known levels: zone, spine, block, hostname",
+    ),
+    Waiting(
+        "unknown preferred level",
+        HALF_FREE, 2, 1, {PREFERRED: "nvlink"},
+        "unknown topology level 'nvlink' in muster.io/topology-preferred; "
+        "known levels: zone, spine, block, hostname",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", WAITING, ids=lambda c: c.id)
+def test_gang_waits_with_a_reason_and_holds_nothing(case: Waiting) -> None:
+    cluster = cluster_of(case.nodes)
+    members = gang(case.size, case.gpu, case.ask)
+    cluster.cache.upsert_pods(members)
+    assert planned(cluster, members) == set()
+    verdict = cluster.extender.planner.verdict(members[0])
+    assert verdict.reason == f"gang ml/llama: {case.reason}"
+    assert cluster.extender.planner.reservation is None  # no head-of-line holds either
+    used = sum(r.gpu for r in map(cluster.cache.view().used_of, cluster.names))
+    assert used == sum(box[3] for box in case.nodes) * 1000  # nothing reserved
+
+
+def test_required_block_waits_then_runs_once_a_block_frees() -> None:
+    cluster = cluster_of(HALF_FREE)
+    members = gang(16, 1, {REQUIRED: "block"})
+    cluster.cache.upsert_pods(members)
+    assert allocate(cluster.cache.view(), members).complete  # the cluster as a whole has room
+    result = cluster.extender.filter(members[0], cluster.names)
+    assert result.feasible == []
+    assert set(result.unresolvable.values()) == {
+        "gang ml/llama: no single block has room for 16 nvidia.com/gpu (largest free: 8)"
+    }
+    for name in ("a1", "a2"):
+        cluster.cache.delete_pod(next(p.uid for p in cluster.cache.snapshot().pods.values()
+                                      if p.name == f"busy-{name}"))  # fmt: skip
+    assert planned(cluster, members) == {"a1", "a2"}
+
+
+def test_members_that_disagree_on_the_level_are_reported() -> None:
+    cluster = cluster_of(IDLE_BLOCKS)
+    members = gang(2, 1, {REQUIRED: "block"})
+    members[1] = gang(2, 1, {REQUIRED: "spine"})[1]
+    cluster.cache.upsert_pods(members)
+    assert planned(cluster, members) == set()
+    assert cluster.extender.planner.verdict(members[0]).reason == (
+        "gang ml/llama: members disagree on muster.io/topology-required (block, spine)"
+    )
+
+
+def test_running_members_pin_the_domain() -> None:
+    """Two of four members run in block b1: the other two join them there, although block b2
+    (8 free GPUs, 8 needed) would be the better fit on its own."""
+    boxes = (("a1", "z1/s1/b1", 8, 0), ("a2", "z1/s1/b1", 8, 0), ("a3", "z1/s1/b1", 8, 4),
+             ("c1", "z1/s2/b2", 8, 0))  # fmt: skip
+    cluster = cluster_of(boxes)
+    members = gang(4, 4, {REQUIRED: "block"})
+    running = [replace(p, node_name="a1") for p in members[:2]]
+    cluster.cache.upsert_pods([*running, *members[2:]])
+    assert planned(cluster, members) == {"a2", "a3"}
+
+
+def test_failure_memo_tells_asks_apart() -> None:
+    """A gang that must wait for one block does not make an identical gang without the ask
+    wait too (the planner remembers failures per shape *and* ask)."""
+    cluster = cluster_of(HALF_FREE)
+    strict = gang(16, 1, {REQUIRED: "block"}, name="strict")
+    loose = [pod(f"loose-{i}", gpu=1, namespace="ml", created=100 + i,
+                 labels={"muster.io/pod-group": "loose", "muster.io/min-member": "16"})
+             for i in range(16)]  # fmt: skip
+    cluster.cache.upsert_pods([*strict, *loose])
+    assert planned(cluster, strict, "strict") == set()
+    assert cluster.extender.planner.plan("ml/loose") is not None
+
+
+# -- the tree -----------------------------------------------------------------------------
+
+
+def tree_of(boxes: Sequence[Box], keys: Sequence[str] = DEFAULT_KEYS) -> Tree:
+    return build(Cluster(nodes_of(boxes, keys)).cache.view().table, keys)
+
+
+def names_at(tree: Tree, level: int) -> list[set[str]]:
+    return [{tree.node_names[r] for r in d.rows} for d in tree.domains_at(level)]
+
+
+TREES = [
+    (
+        "nested domains; equal block names under different spines differ",
+        (("a", "z1/s1/b1", 8, 0), ("b", "z1/s1/b1", 8, 0), ("c", "z1/s2/b1", 8, 0)),
+        {0: [{"a", "b", "c"}], 1: [{"a", "b"}, {"c"}], 2: [{"a", "b"}, {"c"}]},
+    ),
+    (
+        "a node lacking a label is alone at that level and below",
+        (("a", "z1/s1/b1", 8, 0), ("b", "z1/-/b1", 8, 0), ("c", "z1/s1/b1", 8, 0)),
+        {0: [{"a", "b", "c"}], 1: [{"a", "c"}, {"b"}], 2: [{"a", "c"}, {"b"}]},
+    ),
+    (
+        "a level no node carries is collapsed (here: no zones, no spines)",
+        (("a", "-/-/b1", 8, 0), ("b", "-/-/b2", 8, 0), ("c", "-/-/b1", 8, 0)),
+        {0: [{"a", "b", "c"}], 1: [{"a", "b", "c"}], 2: [{"a", "c"}, {"b"}]},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("boxes", "expected"), [t[1:] for t in TREES], ids=[t[0] for t in TREES])
+def test_tree_domains(boxes: tuple[Box, ...], expected: dict[int, list[set[str]]]) -> None:
+    tree = tree_of(boxes)
+    assert {level: names_at(tree, level) for level in expected} == expected
+    assert len(tree.domains_at(3)) == len(boxes)  # every node its own hostname domain
+    for level in range(1, tree.depth):
+        for d in tree.domains_at(level):  # every domain sits inside its parent
+            parent = tree.domains_at(level - 1)[d.parent]
+            assert set(d.rows.tolist()) <= set(parent.rows.tolist())
+
+
+def test_tree_levels_sums_and_memo() -> None:
+    boxes = (("a", "z1/s1/b1", 8, 0), ("b", "z1/s1/b2", 4, 0), ("c", "z1/s1/b1", 2, 0))
+    cluster = Cluster(nodes_of(boxes))
+    view = cluster.cache.view()
+    tree = build(view.table, DEFAULT_KEYS)
+    assert [tree.level(n) for n in ("zone", "block", "kubernetes.io/hostname", "rack")] == [
+        0, 2, 3, None,
+    ]  # fmt: skip
+    assert tree.spans_all(0) and not tree.spans_all(2)
+    assert tree.sums(2, view.allocatable)[:, 0].tolist() == [10_000, 4_000]
+    assert tree.domain_of(view.index["c"], 2).label(tree) == "b1"
+    from app.core.topology import tree_for
+
+    assert tree_for(view.table, DEFAULT_KEYS) is tree_for(cluster.cache.view().table, DEFAULT_KEYS)
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_serve_parses_topology_keys() -> None:
+    parse = build_parser().parse_args
+    args = parse(["serve", "--cluster", "n.yaml", "--topology-keys", f"{GKE[0]}, {GKE[2]}"])
+    assert _serve_settings(args).topology_keys == (GKE[0], GKE[2])
+    assert _serve_settings(parse(["serve", "--cluster", "n.yaml"])).topology_keys == DEFAULT_KEYS
+    assert parse(["serve", "--topology-keys", ""]).topology_keys == ()
+
+
+def test_settings_topology_keys_reach_the_planner(tmp_path: Path) -> None:
+    cluster_file = tmp_path / "nodes.yaml"
+    cluster_file.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {name}, gpus: 8, labels: {{{GKE[0]}: {block}}}}}\n"
+            for name, block in (("g1", "blk-a"), ("g2", "blk-b"), ("g3", "blk-a"))
+        )
+    )
+    services = build_services(Settings(cluster_file=cluster_file, topology_keys=GKE))
+    members = gang(2, 8, {REQUIRED: "gce-topology-block"})
+    services.cache.upsert_pods(members)
+    planner = services.extender.planner
+    planner.cycle(force=True)
+    plan = planner.plan("ml/llama")
+    assert plan is not None and set(plan.members.values()) == {"g1", "g3"}
