@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from app.core.gputopology import choose_devices, topology_of
 from app.core.model import Node, Pod
 
 MILLI = 1000
@@ -47,12 +48,6 @@ def device_count(node: Node) -> int:
 
 def whole_choice(node: Node, free: Sequence[int], count: int) -> tuple[int, ...] | None:
     """The best-connected ``count`` fully free devices of ``node`` (None if too few)."""
-    try:
-        from app.core.gputopology import choose_devices, topology_of
-    except ImportError:  # TEMPORARY until gputopology lands
-        from app.core.gpus import best_connected
-
-        return best_connected(free, count)
     return choose_devices(free, count, topology_of(node))
 
 

@@ -282,3 +282,27 @@ def test_random_binds_and_deletes_keep_devices_within_bounds(seed: int) -> None:
         if p.node_name:
             ledger.place(uid, p.node_name, p)
     assert (ledger.free() == cache.view().gpu_free).all()
+
+
+def test_gpu_model_constraints_use_ordinary_node_affinity() -> None:
+    """Item 4: ``nvidia.com/gpu.product`` in required node affinity picks the GPU model,
+    for whole GPUs and shares alike; the policy never overrides it."""
+    a100 = replace(node("a100", gpus=8), labels={"nvidia.com/gpu.product": "A100-SXM4-80GB"})
+    t4 = replace(node("t4", gpus=4), labels={"nvidia.com/gpu.product": "Tesla-T4"})
+    cache = ClusterCache()
+    cache.upsert_nodes([a100, t4])
+    extender = Extender(cache, InMemoryGateway(cache), strategy="muster")
+    only_t4 = [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["Tesla-T4"]}
+            ]
+        }
+    ]
+    for candidate in (pod("whole", gpu=1, affinity_terms=only_t4),
+                      share("part", "0.5", affinity_terms=only_t4)):  # fmt: skip
+        result = extender.filter(candidate, ["a100", "t4"])
+        assert result.feasible == ["t4"]
+        assert result.unresolvable["a100"] == "required node affinity not matched"
+        scores = dict(extender.prioritize(candidate, result.feasible).pairs())
+        assert scores == {"t4": 10}
