@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from app.core import labels as keys
 from app.core.errors import InvalidInput
 from app.core.model import GPU, Pod, Resources
+from app.core.objects import gpu_fraction
 from app.core.podgroup import gang_spec
 from app.core.quantity import parse_milli
 from app.core.workloads import (
@@ -603,10 +604,11 @@ GangPods = Callable[[str, str], Iterable[Pod]]
 def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfig) -> Verdict:
     """Reject a pod whose gang metadata contradicts itself or its gang's live members.
 
-    Rejected: min-member, max-member or gang-timeout that do not parse; max-member below
-    min-member; a min-member or max-member other than the one the gang's live members (from
-    ``members``, the cluster cache) state. A pod without a group, or with a group but no
-    min-member yet, is allowed.
+    Rejected: a GPU share (``muster.io/gpu-fraction``) outside (0, 1] or combined with an
+    ``nvidia.com/gpu`` request; min-member, max-member or gang-timeout that do not parse;
+    max-member below min-member; a min-member or max-member other than the one the gang's
+    live members (from ``members``, the cluster cache) state. A pod without a group, or
+    with a group but no min-member yet, is allowed.
     """
     p = _read(pod, namespace)
     if p.namespace in config.excluded_namespaces:
@@ -614,6 +616,10 @@ def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfi
     scheduler = _str(p.spec.get("schedulerName"), "request.object.spec.schedulerName")
     if scheduler and scheduler != config.scheduler_name and scheduler not in config.take_over:
         return Verdict(True)  # another scheduler's pod: its metadata is not Muster's to judge
+    try:
+        gpu_fraction(p.labels, p.annotations, Resources(gpu=1000 if requests_gpu(p.spec) else 0))
+    except InvalidInput as exc:
+        return Verdict(False, f"metadata.{exc.field}: {exc.problem}")
     spec = gang_spec(_as_pod(p))
     if spec is None:
         return Verdict(True)

@@ -755,6 +755,17 @@ VCASES = [
             member("mentions", {"note": "g", M: "2"}),
         ],
     ),
+    VCase("a valid GPU share", pod(annotations={"muster.io/gpu-fraction": "0.5"})),
+    VCase(
+        "a GPU share above one GPU",
+        pod(annotations={"muster.io/gpu-fraction": "1.5"}),
+        rejected="metadata.annotations[muster.io/gpu-fraction]: expected a share of one GPU",
+    ),
+    VCase(
+        "a GPU share and whole GPUs",
+        pod(gpu=1, labels={"gpu-fraction": "0.5"}),
+        rejected="metadata.labels[gpu-fraction]: a GPU share cannot be combined",
+    ),
     VCase(
         "kube-system is not judged",
         pod(namespace="kube-system", labels={G: "g", M: "4", keys.MAX_MEMBER: "2"}),
