@@ -44,18 +44,21 @@ def pod_ask(pod: Pod) -> PodAsk:
     return PodAsk(gpu, pod.requests.cpu, pod.requests.memory // MIB_MILLI)
 
 
-def node_table(view: NodeView) -> GpuTable:
-    """``view`` as a ``GpuTable`` (rows as the view's)."""
-    nodes = view.nodes
+def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
+    """``view`` as a ``GpuTable`` (rows as the view's). ``skeleton``: an earlier result for
+    the same node set, whose per-node facts are reused (only usage is filled in)."""
     free = view.free
-    return GpuTable.from_state(
-        [n.name for n in nodes],
-        np.array([device_count(n) for n in nodes], dtype=np.int64),
-        [n.gpu_model for n in nodes],
-        view.gpu_free,
-        (view.allocatable[:, 1], free[:, 1]),
-        (view.allocatable[:, 2] // MIB_MILLI, free[:, 2] // MIB_MILLI),
-    )
+    if skeleton is None:
+        nodes = view.nodes
+        return GpuTable.from_state(
+            [n.name for n in nodes],
+            np.array([device_count(n) for n in nodes], dtype=np.int64),
+            [n.gpu_model for n in nodes],
+            view.gpu_free,
+            (view.allocatable[:, 1], free[:, 1]),
+            (view.allocatable[:, 2] // MIB_MILLI, free[:, 2] // MIB_MILLI),
+        )
+    return skeleton.with_usage(view.gpu_free, free[:, 1], free[:, 2] // MIB_MILLI)
 
 
 class GpuPlacement:
@@ -83,7 +86,8 @@ class GpuPlacement:
         memo = self._table
         if memo is not None and memo[0] is view:
             return memo[1]
-        table = node_table(view)
+        same_nodes = memo is not None and memo[0].table is view.table
+        table = node_table(view, memo[1] if same_nodes and memo is not None else None)
         self._table = (view, table)
         return table
 

@@ -349,6 +349,22 @@ class GpuTable:
         table.full = (table.free == MILLI).sum(axis=1)
         return table
 
+    def with_usage(self, free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray) -> GpuTable:
+        """A table of the same nodes with other usage (per-device ``free`` milli, free cpu and
+        memory per row); the node facts are shared, the usage arrays are new."""
+        other = object.__new__(GpuTable)
+        other.__dict__.update(self.__dict__)
+        width = self.free.shape[1]
+        other.free = np.zeros_like(self.free)
+        clipped = np.clip(free[:, :width], 0, MILLI)
+        other.free[:, : clipped.shape[1]] = clipped
+        other.cpu_free = np.asarray(cpu_free, dtype=np.int64).copy()
+        other.mem_free = np.asarray(mem_free, dtype=np.int64).copy()
+        other.free_total = other.free.sum(axis=1, dtype=np.int64)
+        other.free_max = other.free.max(axis=1).astype(np.int64)
+        other.full = (other.free == MILLI).sum(axis=1)
+        return other
+
     def __len__(self) -> int:
         return len(self.names)
 
