@@ -215,3 +215,29 @@ def test_muster_deployment_is_locked_down_and_probed(objects: dict) -> None:
 def test_example_queue_file_is_valid(objects: dict) -> None:
     config = parse_queue_config(objects[("ConfigMap", "muster-queues")]["data"]["queues.yaml"])
     assert config.default_queue in config.queues
+
+
+def test_probe_node_add_on_runs_the_real_command_with_least_privilege() -> None:
+    addon = DEPLOY / "probe-node"
+    kustomization = yaml.safe_load((addon / "kustomization.yaml").read_text())
+    found = {(d["kind"], d["metadata"]["name"]): d
+             for name in kustomization["resources"] for d in documents(addon / name)}  # fmt: skip
+    daemonset = found[("DaemonSet", "muster-probe-node")]
+    assert daemonset["metadata"]["namespace"] == NAMESPACE
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "muster-probe-node"
+    (probe,) = spec["containers"]
+    script = probe["args"][0]
+    assert 'muster probe-node --node "$NODE_NAME"' in script
+    # The flags the script uses exist on the command (an unknown flag would exit 2 forever).
+    from app.cli import build_parser
+
+    build_parser().parse_args(["probe-node", "--node", "n1"])
+    env = {e["name"]: e for e in probe["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert "nvidia.com/gpu" not in str(probe.get("resources"))  # takes no GPU
+    (rule,) = found[("ClusterRole", "muster-probe-node")]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}
+    binding = found[("ClusterRoleBinding", "muster-probe-node")]
+    assert binding["subjects"][0]["namespace"] == NAMESPACE

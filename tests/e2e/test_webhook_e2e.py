@@ -346,3 +346,16 @@ def test_cert_manager_addon_renders(cluster: Cluster) -> None:
         ("cert-manager.io/v1", "Issuer"),
         ("cert-manager.io/v1", "Certificate"),
     }
+
+
+def test_probe_node_add_on_renders_and_the_api_server_accepts_it(cluster: Cluster) -> None:
+    text, objects = rendered(cluster, DEPLOY / "probe-node")
+    assert sorted(o["kind"] for o in objects) == [
+        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"]  # fmt: skip
+    try:
+        cluster.core.create_namespace({"metadata": {"name": "muster-system"}})
+    except ApiException as exc:
+        assert exc.status == 409  # made by the deploy/ test
+    result = kubectl(cluster, "apply", "--dry-run=server", "-f", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+    assert all(line.endswith("(server dry run)") for line in result.stdout.splitlines())
