@@ -1,8 +1,9 @@
 """The preempt verb's decision (foundation version).
 
 kube-scheduler proposes, per candidate node, the pods it would evict. Muster keeps a node only
-if evicting those victims frees enough GPUs for the pod, since kube-scheduler does not count
-GPUs itself when the extender owns them (``ignoredByScheduler``).
+if evicting those victims frees enough GPUs for the pod — in total and on the right devices
+(whole free devices, or one device with room for a share) — since kube-scheduler does not
+count GPUs itself when the extender owns them (``ignoredByScheduler``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.core.cache import NodeView, Snapshot
+import numpy as np
+
+from app.core.cache import NodeView, Snapshot, without
 from app.core.model import Pod
 from app.core.podgroup import gang_spec
 from app.core.victims import min_runtime_of
@@ -63,9 +66,20 @@ def filter_candidates(
         ):
             continue
         free = view.free_of(node).gpu + gpus_freed(snapshot, node, victims.uids, given)
-        if free >= pod.requests.gpu:
+        if free >= pod.requests.gpu and _devices_fit(snapshot, pod, node, victims.uids):
             kept[node] = victims
     return kept
+
+
+def _devices_fit(snapshot: Snapshot, pod: Pod, node: str, uids: Sequence[str]) -> bool:
+    """Whether the pod's GPU shape (whole devices, or a share of one) fits ``node``'s devices
+    once the cached victims are gone (enough GPU in total is not enough)."""
+    shape = pod.gpu_shape
+    if not shape[0] or any(uid not in snapshot.pods for uid in uids):
+        return True  # victims the cache does not know yet: only their totals can be judged
+    victims = [snapshot.pods[uid] for uid in uids]
+    row = snapshot.view.index[node]
+    return bool(without(snapshot, victims).gpu_fits(shape, np.array([row]))[0])
 
 
 def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str]) -> bool:

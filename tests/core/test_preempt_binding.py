@@ -76,3 +76,22 @@ def test_in_memory_gateway_refuses_a_second_node() -> None:
     cache.upsert_pod(p)
     outcome = Binder(cache, InMemoryGateway(cache)).bind(p.namespace, p.name, p.uid, "b")
     assert "already bound to a" in outcome.error
+
+
+def test_preempt_counts_devices_not_just_totals() -> None:
+    """Two half-GPU shares on a 2-GPU node: 1 GPU free in total, but no whole device."""
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=2))
+    shares = [
+        pod(f"s{d}", node="a", annotations={"muster.io/gpu-fraction": "0.5",
+                                           "muster.io/gpu-ids": str(d)})
+        for d in (0, 1)
+    ]  # fmt: skip
+    cache.upsert_pods(shares)
+    whole = pod(gpu=1)
+    assert filter_candidates(cache.snapshot(), whole, {"a": Victims(())}) == {}
+    one = {"a": Victims((shares[0].uid,))}
+    assert filter_candidates(cache.snapshot(), whole, one) == one
+    # A share only needs one device with room: none is needed as a victim then.
+    half = pod(annotations={"muster.io/gpu-fraction": "0.5"})
+    assert filter_candidates(cache.snapshot(), half, {"a": Victims(())}) == {"a": Victims(())}
