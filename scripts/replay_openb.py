@@ -25,15 +25,20 @@ What it does:
    feasible names and the pod goes to the highest score (the first in feasible-list order
    among equals); then ``POST /bind``. Every body is sent to the null server too, right
    after Muster's, so drift and noise hit both alike.
-5. Compares, pod by pod, the node (and GPU devices, from ``/debug/pods``) the server chose
-   with the simulator's; the final allocated GPU % of capacity both ways; and, from
-   ``/debug/nodes``, that no device's free share is below 0 (or above 1), that every node's
-   per-device free shares, cpu used and pod count equal the simulator's, and - independently
-   of the server's own counters - that the shares of the pods bound to each device (from the
-   pods' ``gpuIds``) add up to at most one GPU.
+5. Compares, pod by pod, the node the server bound with the simulator's pick; the final
+   allocated GPU % of capacity both ways; from ``/debug/nodes``, that no device's free share
+   is below 0 (or above 1) and that every node's GPU usage (its per-device free shares, as a
+   multiset), cpu used and pod count equal the simulator's; from ``/debug/pods``, that every
+   bound pod holds as many devices as it asks for and - independently of the server's own
+   counters - that the shares of the pods holding each device add up to at most one GPU.
+   Device *indices* other than the simulator's are listed but are not a difference: for
+   whole GPUs the server picks NUMA-aware sets (``gputopology.choose_devices``) where the
+   simulator's table takes the lowest free indices, and fully free devices are
+   interchangeable for every later decision.
 
-Exit status: 0 if everything agrees; 1 if any pod, device or node differs, the allocation
-differs, a device is over-committed or a bind failed; 2 for bad arguments or inputs.
+Exit status: 0 if everything agrees; 1 if any pod lands elsewhere, a node's usage or the
+allocation differs, a device is over-committed, a pod holds the wrong number of devices or a
+bind fails; 2 for bad arguments.
 
 How a trace row becomes a Pod: cpu request ``<cpu_milli>m``, memory ``<memory_mib>Mi``;
 whole GPUs (``gpu_milli == 1000`` or ``num_gpu > 1``) as ``nvidia.com/gpu`` request and
@@ -58,7 +63,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -336,8 +341,12 @@ class Report:
     single_feasible: int
     mismatches: int
     first_mismatches: list[Mismatch]
-    device_mismatches: int
     bind_errors: list[str]
+    gpu_ids_wrong: list[str]
+    other_device_indices: int
+    first_other_device_indices: list[str]
+    nodes_permuted: int
+    max_pods_per_node: int
     alloc_sim_milli: int
     alloc_live_milli: int
     alloc_sim_percent: float
@@ -355,8 +364,8 @@ class Report:
         """Whether the server matched the simulator exactly and over-committed nothing."""
         return (
             self.mismatches == 0
-            and self.device_mismatches == 0
             and not self.bind_errors
+            and not self.gpu_ids_wrong
             and self.alloc_sim_milli == self.alloc_live_milli
             and self.nodes_differing == 0
             and not self.overcommitted
@@ -426,17 +435,30 @@ def _why(sim: str | None, live: str | None, rejected: dict[str, str]) -> str:
     return f"both feasible; prioritize ranked {live} first"
 
 
-def check_nodes(
-    debug_nodes: dict[str, Any], sim: SimResult
-) -> tuple[int, list[str], list[str], int]:
-    """Compare ``/debug/nodes`` with the simulator's table: (nodes differing, first few
-    differences, over-committed devices, allocated milli-GPU on the server)."""
+@dataclass
+class NodeCheck:
+    """``/debug/nodes`` against the simulator's final table."""
+
+    differing: int = 0
+    notes: list[str] = field(default_factory=list)
+    overcommitted: list[str] = field(default_factory=list)
+    allocated: int = 0
+    permuted: int = 0
+    max_pods: int = 0
+
+
+def check_nodes(debug_nodes: dict[str, Any], sim: SimResult) -> NodeCheck:
+    """Compare the server's nodes with the simulator's table.
+
+    A node differs if its GPU usage as a multiset of per-device free shares, its cpu used or
+    its pod count differs. Device *indices* may legitimately differ (``permuted``): for whole
+    GPUs the server picks NUMA-aware sets (``gputopology.choose_devices``), the simulator's
+    table the lowest free indices; fully free devices are interchangeable, so that changes no
+    later decision. Memory is not compared: ``/debug/nodes`` rounds it for display.
+    """
     table = sim.table
     row_of = {name: row for row, name in enumerate(table.names)}
-    differing = 0
-    notes: list[str] = []
-    over: list[str] = []
-    allocated = 0
+    out = NodeCheck()
     seen = set()
     for item in debug_nodes["nodes"]:
         name = item["name"]
@@ -444,62 +466,83 @@ def check_nodes(
         free = [round(d["free"] * MILLI) for d in devices]
         for d, f in zip(devices, free, strict=True):
             if f < 0 or f > MILLI:
-                over.append(f"{name} GPU {d['index']}: free {f / MILLI:g} ({d['pods']})")
-        allocated += len(free) * MILLI - sum(free)
+                out.overcommitted.append(f"{name} GPU {d['index']}: free {f / MILLI:g}")
+        out.allocated += len(free) * MILLI - sum(free)
+        out.max_pods = max(out.max_pods, int(item["pods"]))
         row = row_of.get(name)
         if row is None:
-            differing += 1
-            notes.append(f"{name}: not in the simulator's table")
+            out.differing += 1
+            out.notes.append(f"{name}: not in the simulator's table")
             continue
         seen.add(name)
-        expect_free = [int(f) for f in table.free[row, : table.devices[row]]]
+        expect = [int(f) for f in table.free[row, : table.devices[row]]]
         cpu_used = parse_milli(item["used"]["cpu"], "cpu")
         expect_cpu = int(table.cpu_cap[row] - table.cpu_free[row])
         problems = []
-        if free != expect_free:
-            problems.append(f"device free {free} vs simulator {expect_free}")
+        if sorted(free) != sorted(expect):
+            problems.append(f"device free {free} vs simulator {expect}")
+        elif free != expect:
+            out.permuted += 1
         if cpu_used != expect_cpu:
             problems.append(f"cpu used {cpu_used}m vs simulator {expect_cpu}m")
         if item["pods"] != int(sim.pods[row]):
             problems.append(f"{item['pods']} pods vs simulator {int(sim.pods[row])}")
         if problems:
-            differing += 1
-            if len(notes) < SHOW:
-                notes.append(f"{name}: " + "; ".join(problems))
-    missing = set(table.names) - seen
-    differing += len(missing)
-    notes.extend(
-        f"{n}: missing on the server" for n in sorted(missing)[: max(0, SHOW - len(notes))]
+            out.differing += 1
+            if len(out.notes) < SHOW:
+                out.notes.append(f"{name}: " + "; ".join(problems))
+    missing = sorted(set(table.names) - seen)
+    out.differing += len(missing)
+    out.notes.extend(
+        f"{n}: missing on the server" for n in missing[: max(0, SHOW - len(out.notes))]
     )
-    return differing, notes, over, allocated
+    return out
+
+
+@dataclass
+class PodDevices:
+    """``/debug/pods`` device ids against the simulator's and the pods' asks."""
+
+    wrong_count: list[str] = field(default_factory=list)
+    other_indices: int = 0
+    first_other_indices: list[str] = field(default_factory=list)
+    overcommitted: list[str] = field(default_factory=list)
 
 
 def check_devices(
     debug_pods: dict[str, Any], trace: Trace, arrivals: Sequence[int], sim: SimResult
-) -> tuple[int, list[str]]:
-    """Per bound pod, the server's ``gpuIds`` against the simulator's devices (count of pods
-    that differ), and devices whose bound pods' shares add up to more than one GPU."""
+) -> PodDevices:
+    """Per bound pod: ``gpuIds`` must name as many devices as it asks for; ids other than the
+    simulator's (on the same node) are counted; and, independently of the server's own
+    counters, the shares of the pods holding each device must add up to at most one GPU."""
     by_name = {p["name"]: p for p in debug_pods["pods"] if p["namespace"] == NAMESPACE}
     held: dict[tuple[str, int], int] = {}
-    differ = 0
+    out = PodDevices()
     for k, i in enumerate(arrivals):
         name, _ = arrival_identity(k, trace, i)
         pod = by_name.get(name)
         if pod is None or not pod["node"]:
             continue
         ids = tuple(int(d) for d in pod["gpuIds"])
-        if sim.nodes[k] == pod["node"] and tuple(sim.devices[k]) != ids:
-            differ += 1
         num_gpu, milli = int(trace.num_gpu[i]), int(trace.gpu_milli[i])
+        if len(ids) != num_gpu or len(set(ids)) != len(ids):
+            out.wrong_count.append(f"{name}: asks {num_gpu} GPU(s), holds devices {list(ids)}")
+        if sim.nodes[k] == pod["node"] and tuple(sim.devices[k]) != ids:
+            out.other_indices += 1
+            if len(out.first_other_indices) < SHOW:
+                out.first_other_indices.append(
+                    f"#{k} {name} on {pod['node']}: devices {list(ids)}, simulator"
+                    f" {list(sim.devices[k])}"
+                )
         share = milli if num_gpu == 1 and milli < MILLI else MILLI
-        if num_gpu and len(ids) != num_gpu:
-            differ += 1
         for d in ids:
             held[(pod["node"], d)] = held.get((pod["node"], d), 0) + share
-    over = [
-        f"{node} GPU {d}: pods hold {m / MILLI:g} GPU" for (node, d), m in held.items() if m > MILLI
+    out.overcommitted = [
+        f"{node} GPU {d}: its pods hold {m / MILLI:g} GPU"
+        for (node, d), m in held.items()
+        if m > MILLI
     ]
-    return differ, over
+    return out
 
 
 def replay(
@@ -549,8 +592,8 @@ def replay(
         muster = clients["muster"]
         debug_nodes = muster.get("/debug/nodes").raise_for_status().json()
         debug_pods = muster.get("/debug/pods").raise_for_status().json()
-    differing, notes, over, alloc_live = check_nodes(debug_nodes, sim)
-    device_differ, over_held = check_devices(debug_pods, trace, arrivals, sim)
+    nodes_check = check_nodes(debug_nodes, sim)
+    devices_check = check_devices(debug_pods, trace, arrivals, sim)
     latency = {
         server: {verb: Latency.of(s) for verb, s in samples.items()}
         for server, samples in replayer.samples.items()
@@ -567,15 +610,19 @@ def replay(
         single_feasible=replayer.single_feasible,
         mismatches=count,
         first_mismatches=mismatches,
-        device_mismatches=device_differ,
         bind_errors=replayer.bind_errors,
+        gpu_ids_wrong=devices_check.wrong_count,
+        other_device_indices=devices_check.other_indices,
+        first_other_device_indices=devices_check.first_other_indices,
+        nodes_permuted=nodes_check.permuted,
+        max_pods_per_node=nodes_check.max_pods,
         alloc_sim_milli=alloc_sim,
-        alloc_live_milli=alloc_live,
+        alloc_live_milli=nodes_check.allocated,
         alloc_sim_percent=100.0 * alloc_sim / capacity,
-        alloc_live_percent=100.0 * alloc_live / capacity,
-        nodes_differing=differing,
-        first_node_differences=notes,
-        overcommitted=over + over_held,
+        alloc_live_percent=100.0 * nodes_check.allocated / capacity,
+        nodes_differing=nodes_check.differing,
+        first_node_differences=nodes_check.notes,
+        overcommitted=nodes_check.overcommitted + devices_check.overcommitted,
         latency=latency,
         sim_seconds=sim.seconds,
         replay_seconds=replay_seconds,
@@ -615,11 +662,18 @@ def render(report: Report) -> list[str]:
     ]
     for m in r.first_mismatches:
         lines.append(f"  #{m.arrival} {m.pod}: simulator {m.sim}, muster {m.live} - {m.why}")
-    lines.append(f"pods on the same node with different GPU devices: {r.device_mismatches}")
     lines.append(
-        f"nodes whose devices, cpu or pod count differ from the simulator's: {r.nodes_differing}"
+        f"nodes whose GPU usage, cpu used or pod count differ from the simulator's:"
+        f" {r.nodes_differing} (most pods on a node: {r.max_pods_per_node})"
     )
     lines.extend(f"  {note}" for note in r.first_node_differences)
+    lines.append(
+        f"same usage on other device indices (NUMA-aware whole-GPU sets; not a difference):"
+        f" {r.nodes_permuted} nodes, {r.other_device_indices} pods"
+    )
+    lines.extend(f"  {note}" for note in r.first_other_device_indices)
+    lines.append(f"pods holding the wrong number of devices: {len(r.gpu_ids_wrong)}")
+    lines.extend(f"  {note}" for note in r.gpu_ids_wrong[:SHOW])
     lines.append(f"over-committed devices: {len(r.overcommitted)}")
     lines.extend(f"  {note}" for note in r.overcommitted[:SHOW])
     lines.append(f"bind errors: {len(r.bind_errors)}")

@@ -28,7 +28,7 @@ import numpy as np
 from app.core.cache import NodeView
 from app.core.devices import device_count
 from app.core.gpus import MIB_MILLI, MILLI, GpuAsk, GpuTable, PodAsk
-from app.core.model import Pod
+from app.core.model import GPU_PRODUCT_LABEL, Pod
 from app.core.policies.fgd import LiveGpuPolicy, default_policy
 from app.core.policies.gpushare import Ranking
 
@@ -37,10 +37,36 @@ MAX_SCORE = 10
 _SEEN = 50_000
 
 
+def gpu_models(pod: Pod) -> frozenset[str]:
+    """The GPU models the pod's ``nodeSelector`` and required node affinity allow on
+    ``nvidia.com/gpu.product`` (empty: any).
+
+    Affinity counts when every term has an ``In`` on the label (the union of their values).
+    The filter enforces both itself; this only tells the policy which class of work the pod
+    belongs to.
+    """
+    allowed: set[str] | None = None
+    terms = pod.required_affinity or ()
+    for term in terms:
+        found = [
+            r.values
+            for r in term.match_expressions
+            if r.key == GPU_PRODUCT_LABEL and r.operator == "In"
+        ]
+        if not found:
+            allowed = None
+            break
+        allowed = (allowed or set()) | set(found[0])
+    chosen = pod.node_selector.get(GPU_PRODUCT_LABEL)
+    if chosen:
+        allowed = {chosen} if allowed is None else allowed & {chosen}
+    return frozenset(allowed or ())
+
+
 def pod_ask(pod: Pod) -> PodAsk:
-    """The policy's view of a pod: GPU shape, cpu (milli) and memory (MiB)."""
+    """The policy's view of a pod: GPU shape and models, cpu (milli) and memory (MiB)."""
     count, milli = pod.gpu_shape
-    gpu = GpuAsk(count, milli) if count else GpuAsk()
+    gpu = GpuAsk(count, milli, gpu_models(pod)) if count else GpuAsk()
     return PodAsk(gpu, pod.requests.cpu, pod.requests.memory // MIB_MILLI)
 
 

@@ -306,3 +306,20 @@ def test_gpu_model_constraints_use_ordinary_node_affinity() -> None:
         assert result.unresolvable["a100"] == "required node affinity not matched"
         scores = dict(extender.prioritize(candidate, result.feasible).pairs())
         assert scores == {"t4": 10}
+
+
+def test_the_policy_sees_the_gpu_models_a_pod_allows() -> None:
+    from app.core.gpuplacement import gpu_models
+
+    def terms(*values: list[str]) -> list[dict[str, Any]]:
+        return [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                       "values": v}]} for v in values]  # fmt: skip
+
+    assert gpu_models(pod(gpu=1)) == frozenset()
+    assert gpu_models(pod(gpu=1, affinity_terms=terms(["A", "B"]))) == {"A", "B"}
+    assert gpu_models(pod(gpu=1, affinity_terms=terms(["A"], ["C"]))) == {"A", "C"}
+    other = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]}]
+    assert gpu_models(pod(gpu=1, affinity_terms=terms(["A"]) + other)) == frozenset()
+    chosen = pod(gpu=1, node_selector={"nvidia.com/gpu.product": "B"},
+                 affinity_terms=terms(["A", "B"]))  # fmt: skip
+    assert gpu_models(chosen) == {"B"}
