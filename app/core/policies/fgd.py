@@ -178,7 +178,8 @@ class FragTable:
             if c.count == 0:
                 cpu_only[region] += 0.0 if sized else p
             elif c.count == 1:
-                shares[(*region, self.share_bucket[c.milli])] += p * (c.milli / MILLI if sized else 1)
+                weight = p * (c.milli / MILLI if sized else 1)
+                shares[(*region, self.share_bucket[c.milli])] += weight
             elif c.count <= max_devices:
                 multi[(*region, slice(c.count, None))] += p * (c.count if sized else 1)
         self.shares = np.cumsum(shares, axis=-1).reshape(-1)  # [cell * (len(milli) + 1) + bucket]
