@@ -2,7 +2,8 @@
 
 Each simulated user is a scheduling loop like kube-scheduler's. Per pod (a fresh name and uid,
 based on the pod kube-scheduler v1.32 sent in fixtures/kube-scheduler-v1.32/filter-nodecache.json,
-requesting 0, 1, 2, 4 or 8 GPUs with matching cpu and memory):
+requesting 0, 1, 2, 4 or 8 GPUs with matching cpu and memory, or -- one pod in
+``MUSTER_SHARES`` -- a share of one GPU by ``muster.io/gpu-fraction``):
 
 1. ``POST /filter`` with ``NodeNames`` = every node of the cluster file (or a random subset of
    ``MUSTER_CANDIDATES`` nodes);
@@ -34,6 +35,8 @@ Environment:
 * ``MUSTER_CLUSTER`` (required): the cluster file the server was started with.
 * ``MUSTER_CANDIDATES``: send a random subset of this many nodes to filter instead of all.
 * ``MUSTER_BIND``: ``0`` skips bind (filter and prioritize only); default ``1``.
+* ``MUSTER_SHARES``: the fraction of pods that ask for a share of one GPU (0.1-0.75) instead;
+  default ``0.3``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 POD_TEMPLATE: dict[str, Any] = json.loads((Path(__file__).parent / "pod.json").read_text())
 NAMESPACES = ("team-a", "team-b", "research")
 GPU_CHOICES = (0, 1, 2, 4, 8)
+SHARE_CHOICES = ("0.1", "0.25", "0.5", "0.75")
 
 
 def load_node_names() -> list[str]:
@@ -84,6 +88,24 @@ def _env_int(name: str, default: int) -> int:
 NODE_NAMES = load_node_names()
 CANDIDATES = _env_int("MUSTER_CANDIDATES", 0)
 BIND = _env_int("MUSTER_BIND", 1) != 0
+try:
+    SHARES = float(os.environ.get("MUSTER_SHARES") or 0.3)
+except ValueError as exc:
+    raise SystemExit(
+        f"MUSTER_SHARES must be a number, got {os.environ['MUSTER_SHARES']!r}"
+    ) from exc
+if not 0 <= SHARES <= 1:
+    raise SystemExit(f"MUSTER_SHARES must be between 0 and 1, got {SHARES}")
+
+
+def random_shape(rng: random.Random) -> tuple[dict[str, str], dict[str, str]]:
+    """Requests and annotations of a random pod: a GPU share (``SHARES`` of the time, with the
+    ``muster.io/gpu-share`` marker Muster's webhook would add), else ``random_requests``."""
+    if rng.random() < SHARES:
+        requests = {"cpu": rng.choice(("1", "2", "4")), "memory": f"{rng.choice((4, 8))}Gi",
+                    "muster.io/gpu-share": "1"}  # fmt: skip
+        return requests, {"muster.io/gpu-fraction": rng.choice(SHARE_CHOICES)}
+    return random_requests(rng), {}
 
 
 def random_requests(rng: random.Random) -> dict[str, str]:
@@ -101,10 +123,17 @@ def random_requests(rng: random.Random) -> dict[str, str]:
     }
 
 
-def make_pod(name: str, uid: str, namespace: str, requests: dict[str, str]) -> dict[str, Any]:
+def make_pod(
+    name: str,
+    uid: str,
+    namespace: str,
+    requests: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pending pod as kube-scheduler embeds it in ExtenderArgs (camelCase, no kind): the
-    recorded kubectl-created pod of ``pod.json`` with this name, uid and requests."""
-    limits = {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}
+    recorded kubectl-created pod of ``pod.json`` with this name, uid, requests and
+    annotations."""
+    limits = {k: v for k, v in requests.items() if k in ("nvidia.com/gpu", "muster.io/gpu-share")}
     resources = {"limits": limits, "requests": requests} if limits else {"requests": requests}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     pod = copy.deepcopy(POD_TEMPLATE)
@@ -112,6 +141,8 @@ def make_pod(name: str, uid: str, namespace: str, requests: dict[str, str]) -> d
     meta.update(name=name, namespace=namespace, uid=uid, creationTimestamp=now)
     meta.update(resourceVersion=str(random.randint(1000, 10**7)), labels={"app": "muster-load"})
     meta["managedFields"][0]["time"] = now
+    if annotations:
+        meta["annotations"] = {**meta.get("annotations", {}), **annotations}
     pod["spec"]["containers"][0]["resources"] = resources
     return pod
 
@@ -189,7 +220,7 @@ class SchedulerUser(FastHttpUser):
         uid = str(uuid.uuid4())
         namespace = rng.choice(NAMESPACES)
         name = f"load-{uid[:8]}"
-        pod = make_pod(name, uid, namespace, random_requests(rng))
+        pod = make_pod(name, uid, namespace, *random_shape(rng))
         answer = self._post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": candidates(rng)})
         if answer is None:
             return
