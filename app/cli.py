@@ -93,7 +93,8 @@ def certs(args: argparse.Namespace) -> int:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    """Simulate gang workloads through a model of kube-scheduler (see ``app.sim``)."""
+    """Simulate gang workloads through a model of kube-scheduler, or the openb GPU-sharing
+    experiment (``simulate openb``); see ``app.sim``."""
     from app.sim.command import run
 
     return run(args)
@@ -224,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(c)
     c.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     c.set_defaults(func=certs)
-    m = sub.add_parser("simulate", help="simulate gang workloads: Muster vs plain kube-scheduler")
+    m = sub.add_parser(
+        "simulate", help="simulate gang workloads vs kube-scheduler, or `simulate openb` (GPUs)"
+    )
     from app.sim.command import add_arguments as add_simulate_arguments
 
     add_simulate_arguments(m)

@@ -234,6 +234,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop the simulation here (default: generous, from the workload)",
     )
     o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_openb(p)
+
+
+def _add_openb(p: argparse.ArgumentParser) -> None:
+    """``muster simulate openb``: the FGD paper's GPU-sharing experiment (``app.sim.openb``)."""
+    from app.sim import openb
+
+    experiments = p.add_subparsers(
+        dest="experiment",
+        metavar="{openb}",
+        help="instead of gang workloads: openb, the FGD paper's GPU-allocation experiment",
+    )
+    o = experiments.add_parser(
+        "openb",
+        help="GPU allocation of each policy on the openb trace, with the paper's figures",
+        description=openb.__doc__.split("\n\n")[0] if openb.__doc__ else None,
+    )
+    openb.add_arguments(o)
 
 
 def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, Workload]:
@@ -340,6 +358,10 @@ def _describe_class(spec: WorkloadSpec) -> str:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run every configured simulation and print the table (to stdout); 2 on bad options."""
     out = out or sys.stdout
+    if getattr(args, "experiment", None) == "openb":
+        from app.sim import openb
+
+        return openb.run(args, out)
     try:
         cluster, workload = build_specs(args)
         configs = build_configs(args, workload)

@@ -8,17 +8,21 @@ ties go to a node order that is random per seed. The figure is allocated GPU / c
 the arrived GPU request reaches 130 % of capacity (also reported at 100 %), mean over seeds.
 
 Policies: ``random``, ``best-fit`` and ``gpu-packing`` (``app.core.policies.gpushare``);
-``fgd`` with the paper's target workload (the trace's pod classes by GPU shape and cpu);
-``muster-default``, Muster's live policy (``app.core.policies.fgd.MusterPolicy``) with the
-trace's classes including memory.
+``fgd`` with the paper's target workload (the whole trace's pod classes by GPU shape and cpu,
+known in advance, as the paper does); ``muster-default``, exactly what the extender runs live
+(``app.core.policies.fgd.default_policy()``): it knows nothing of the trace and learns the
+mix from the pods it is shown, each arriving pod being observed once BEFORE it is ranked;
+``muster-oracle``, the same ``MusterPolicy`` given the whole trace's mix instead (for
+comparison: what learning the mix costs).
 
-Usage::
+Usage (``muster simulate openb`` takes the same options)::
 
-    python -m app.sim.openb --trace openb_pod_list_default.csv \\
-        --nodes openb_node_list_gpu_node.csv [--seeds 10] [--policies fgd,muster-default] \\
+    python -m app.sim.openb [--trace openb_pod_list_default.csv] \\
+        [--nodes openb_node_list_gpu_node.csv] [--seeds 10] [--policies fgd,muster-default] \\
         [--plot out.png] [--jobs 2]
 
-Pure numpy; matplotlib is imported only for ``--plot``.
+``--trace`` and ``--nodes`` default to the files in ``../shared/traces/openb/`` next to the
+repository when they are there. Pure numpy; matplotlib is imported only for ``--plot``.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ import argparse
 import csv
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -48,6 +53,10 @@ from app.core.policies.gpushare import (
 
 POLICIES = ("random", "best-fit", "gpu-packing", "fgd", "muster-default", "muster-oracle")
 TARGET = 1.30
+#: Where the trace files are expected: ``../shared/traces/openb`` next to the repository.
+TRACE_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"
+DEFAULT_TRACE = "openb_pod_list_default.csv"
+DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 #: x axis of the allocation curve: arrived GPU request, % of capacity.
 GRID = np.arange(0, int(TARGET * 100) + 1)
 #: The paper's figures (% allocated at 130 % arrived, mean of 10 seeds), by trace file name.
@@ -140,7 +149,8 @@ def arrival_order(trace: Trace, capacity: int, seed: int, target: float = TARGET
 
 
 def make_policy(name: str, trace: Trace, seed: int) -> PlacementPolicy:
-    """A fresh policy by name; the FGD family targets the trace's own mix (as the paper)."""
+    """A fresh policy by name. ``fgd`` and ``muster-oracle`` target the whole trace's mix
+    (as the paper does for FGD); ``muster-default`` is the live policy, which learns it."""
     if name == "random":
         return RandomPolicy(np.random.default_rng([seed, 2]))
     if name == "best-fit":
@@ -181,7 +191,12 @@ def simulate(
     *,
     factory: Callable[[str, Trace, int], PlacementPolicy] = make_policy,
 ) -> Run:
-    """One attempt per pod in arrival order; returns the allocation curve."""
+    """One attempt per pod in arrival order; returns the allocation curve.
+
+    Each arrival is a new pod (a draw with replacement is another pod with the same ask). A
+    policy that learns (has ``observe``, as the live ``muster-default``) is shown each pod
+    once, BEFORE ranking it: the extender's protocol (``app.core.gpuplacement``).
+    """
     started = time.perf_counter()
     order_rng = np.random.default_rng([seed, 1])
     shuffled = [nodes[i] for i in order_rng.permutation(len(nodes))]
@@ -220,6 +235,23 @@ def _task(args: tuple[Sequence[Node], Trace, str, int]) -> Run:
     return simulate(*args)
 
 
+def iter_runs(
+    nodes: Sequence[Node],
+    trace: Trace,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    jobs: int = 1,
+) -> Iterator[Run]:
+    """Every policy on every seed (in ``jobs`` processes), yielded in (policy, seed) order
+    as they finish."""
+    tasks = [(nodes, trace, p, s) for p in policies for s in seeds]
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(_task, tasks)
+        return
+    with ProcessPoolExecutor(min(jobs, len(tasks))) as pool:
+        yield from pool.map(_task, tasks)
+
+
 def run_all(
     nodes: Sequence[Node],
     trace: Trace,
@@ -228,11 +260,7 @@ def run_all(
     jobs: int = 1,
 ) -> list[Run]:
     """Every policy on every seed (in ``jobs`` processes), in (policy, seed) order."""
-    tasks = [(nodes, trace, p, s) for p in policies for s in seeds]
-    if jobs <= 1:
-        return [_task(t) for t in tasks]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_task, tasks))
+    return list(iter_runs(nodes, trace, policies, seeds, jobs))
 
 
 def summary(
@@ -258,8 +286,15 @@ def summary(
     return "\n".join(lines)
 
 
-def plot(runs: Sequence[Run], policies: Sequence[str], path: str | Path, title: str) -> None:
-    """Allocated % against arrived % (mean over seeds), one line per policy."""
+def plot(
+    runs: Sequence[Run],
+    policies: Sequence[str],
+    path: str | Path,
+    title: str,
+    published: dict[str, float] | None = None,
+) -> None:
+    """Allocated % against arrived % (mean over seeds), one line per policy (dashed: an
+    oracle variant); the paper's figures at 130 % as crosses of the same colour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -268,18 +303,106 @@ def plot(runs: Sequence[Run], policies: Sequence[str], path: str | Path, title: 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for p in policies:
         curves = np.array([r.curve for r in runs if r.policy == p])
-        ax.plot(GRID, curves.mean(axis=0), label=f"{p} ({curves[:, -1].mean():.2f} %)")
+        style = "--" if p.endswith("-oracle") else "-"  # drawn over its live twin
+        label = f"{p} ({curves[:, -1].mean():.2f} %)"
+        (line,) = ax.plot(GRID, curves.mean(axis=0), style, label=label)
+        if published and p in published:
+            ax.plot([GRID[-1]], [published[p]], "x", color=line.get_color(), markersize=8)
     ax.plot(GRID, np.minimum(GRID, 100), color="grey", linestyle=":", linewidth=1, label="ideal")
+    if published and set(published) & set(policies):
+        ax.plot([], [], "x", color="grey", label="the paper's figure (ATC'23)")
     ax.set_xlabel("arrived GPU request (% of capacity)")
     ax.set_ylabel("allocated GPU (% of capacity)")
-    ax.set_xlim(60, GRID[-1])
+    ax.set_xlim(60, GRID[-1] + 2)
     ax.set_ylim(60, 100)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize="small")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _policy_list(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _default_file(name: str) -> str | None:
+    path = TRACE_DIR / name
+    return str(path) if path.is_file() else None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the experiment (``python -m app.sim.openb``, ``muster simulate openb``)."""
+    trace, nodes = _default_file(DEFAULT_TRACE), _default_file(DEFAULT_NODES)
+    parser.add_argument(
+        "--trace",
+        default=trace,
+        required=trace is None,
+        metavar="CSV",
+        help=f"openb pod list (default: {trace or DEFAULT_TRACE + ', not found'})",
+    )
+    parser.add_argument(
+        "--nodes",
+        default=nodes,
+        required=nodes is None,
+        metavar="CSV",
+        help=f"openb node list, GPU nodes (default: {nodes or DEFAULT_NODES + ', not found'})",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=10, help="number of seeds, 0..N-1 (default 10, as the paper)"
+    )
+    parser.add_argument(
+        "--policies",
+        type=_policy_list,
+        default=list(POLICIES),
+        metavar="P[,P..]",
+        help=f"comma-separated, from {', '.join(POLICIES)} (default: all)",
+    )
+    parser.add_argument(
+        "--plot", metavar="PNG", help="write allocation against arrived workload (needs matplotlib)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run the experiment the options describe; print the table (to ``out``, default stdout)
+    and write the plot. 2 when the files cannot be read or the options make no sense."""
+    out = out or sys.stdout
+    if args.seeds < 1 or args.jobs < 1:
+        print("openb: --seeds and --jobs must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        nodes = load_cluster_file(args.nodes)
+        trace = load_trace(args.trace)
+    except (OSError, ValueError) as exc:  # MusterError (bad node file) is a ValueError too
+        print(f"openb: {exc}", file=sys.stderr)
+        return 2
+    policies = list(args.policies)
+    gpus = sum(n.allocatable.gpu for n in nodes) // MILLI
+    print(f"{Path(args.trace).name}: {len(trace)} pods; {len(nodes)} nodes, {gpus} GPUs; "
+          f"{args.seeds} seeds", file=out)  # fmt: skip
+    started = time.perf_counter()
+    runs: list[Run] = []
+    for r in iter_runs(nodes, trace, policies, range(args.seeds), jobs=args.jobs):
+        runs.append(r)
+        if not args.quiet:
+            print(f"  {r.policy} seed {r.seed}: {r.at(130):.2f} % ({r.seconds:.1f} s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    published = PUBLISHED.get(Path(args.trace).name)
+    print(summary(runs, policies, published), file=out)
+    print(f"wall time {time.perf_counter() - started:.1f} s", file=out)
+    if args.plot:
+        plot(runs, policies, args.plot, Path(args.trace).name, published)
+        print(f"plot written to {args.plot}", file=out)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,30 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m app.sim.openb", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--trace", required=True, help="openb pod list CSV")
-    parser.add_argument("--nodes", required=True, help="openb node list CSV (GPU nodes)")
-    parser.add_argument("--seeds", type=int, default=10, help="number of seeds (0..N-1)")
-    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
-    parser.add_argument("--plot", help="write a PNG of allocation against arrived workload")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    args = parser.parse_args(argv)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = sorted(set(policies) - set(POLICIES))
-    if unknown:
-        parser.error(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
-    nodes = load_cluster_file(args.nodes)
-    trace = load_trace(args.trace)
-    gpus = sum(n.allocatable.gpu for n in nodes) // MILLI
-    print(f"{Path(args.trace).name}: {len(trace)} pods; {len(nodes)} nodes, {gpus} GPUs; "
-          f"{args.seeds} seeds")  # fmt: skip
-    started = time.perf_counter()
-    runs = run_all(nodes, trace, policies, range(args.seeds), jobs=args.jobs)
-    print(summary(runs, policies, PUBLISHED.get(Path(args.trace).name)))
-    print(f"wall time {time.perf_counter() - started:.1f} s")
-    if args.plot:
-        plot(runs, policies, args.plot, Path(args.trace).name)
-        print(f"plot written to {args.plot}")
-    return 0
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

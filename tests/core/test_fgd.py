@@ -1,6 +1,6 @@
 """Fragmentation-aware placement: FGD keeps whole GPUs for whole-GPU asks where best-fit
-breaks them; the vectorised fragmentation equals its definition; Muster's default keeps
-GPU-dense nodes fed with cpu."""
+breaks them; the vectorised fragmentation (FGD's and the sized one) equals its definition;
+Muster's default keeps GPU-dense nodes fed with cpu; the live policy learns its mix."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk
 from app.core.policies.fgd import (
     FgdPolicy,
     FragTable,
+    LiveGpuPolicy,
     MusterPolicy,
     RecentMix,
     TaskClass,
     WorkloadMix,
+    default_policy,
     fragmentation,
 )
 from app.core.policies.gpushare import (
@@ -111,10 +113,11 @@ RANDOM_MIX = WorkloadMix(
 )
 
 
+@pytest.mark.parametrize("sized", [False, True], ids=["fgd", "sized"])
 @pytest.mark.parametrize("seed", range(5))
-def test_vectorised_fragmentation_equals_the_definition(seed: int) -> None:
+def test_vectorised_fragmentation_equals_the_definition(seed: int, sized: bool) -> None:
     t = random_state(np.random.default_rng(seed))
-    ft = FragTable(RANDOM_MIX, t.model_names, t.free.shape[1])
+    ft = FragTable(RANDOM_MIX, t.model_names, t.free.shape[1], sized=sized)
     expected = [
         fragmentation(
             t.node(r).free,
@@ -122,6 +125,7 @@ def test_vectorised_fragmentation_equals_the_definition(seed: int) -> None:
             RANDOM_MIX,
             cpu_free=int(t.cpu_free[r]),
             memory_free=int(t.mem_free[r]),
+            sized=sized,
         )
         for r in range(len(t))
     ]
@@ -129,6 +133,7 @@ def test_vectorised_fragmentation_equals_the_definition(seed: int) -> None:
     assert max(expected) > 0  # the states are fragmented, not trivially zero
 
 
+@pytest.mark.parametrize("sized", [False, True], ids=["fgd", "sized"])
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize(
     "ask",
@@ -141,16 +146,20 @@ def test_vectorised_fragmentation_equals_the_definition(seed: int) -> None:
     ],
     ids=["share250", "share600", "whole1", "whole2", "cpu-only"],
 )
-def test_increase_equals_the_difference_of_definitions(seed: int, ask: PodAsk) -> None:
+def test_increase_equals_the_difference_of_definitions(seed: int, ask: PodAsk, sized: bool) -> None:
     t = random_state(np.random.default_rng(100 + seed))
-    inc = FgdPolicy(RANDOM_MIX).increase(t, ask)
+    policy = MusterPolicy(RANDOM_MIX) if sized else FgdPolicy(RANDOM_MIX)
+    assert policy.sized == sized
+    inc = policy.increase(t, ask)
     feasible = t.feasible(ask)
     assert np.isfinite(inc.by_row).tolist() == feasible.tolist()
 
     def frag(u: GpuTable, r: int) -> float:
         node = u.node(r)
         cpu, memory = int(u.cpu_free[r]), int(u.mem_free[r])
-        return fragmentation(node.free, node.model, RANDOM_MIX, cpu_free=cpu, memory_free=memory)
+        return fragmentation(
+            node.free, node.model, RANDOM_MIX, cpu_free=cpu, memory_free=memory, sized=sized
+        )
 
     for r in np.flatnonzero(feasible):
         options = t.choices(int(r), ask.gpu)
@@ -182,11 +191,13 @@ def test_muster_sends_cpu_hungry_pods_where_cpu_is_plentiful() -> None:
 
 def test_packing_decides_between_equals() -> None:
     only_whole = WorkloadMix.of([ONE])  # any partly used device is equally lost to it
-    # a whole GPU from an idle node or from a half-used one: FGD takes the first row
+    # a whole GPU from an idle node or from a half-used one: equal to both; the first row
+    # wins (the table's order: random in the experiment) unless node packing is asked for
     t = table([2, 2])
     t.apply(1, ONE)
     assert run(FgdPolicy(only_whole), t.copy(), [ONE]) == ["n0"]
-    assert run(MusterPolicy(only_whole), t.copy(), [ONE]) == ["n1"]
+    assert run(MusterPolicy(only_whole), t.copy(), [ONE]) == ["n0"]
+    assert run(MusterPolicy(only_whole, node_pack=0.001), t.copy(), [ONE]) == ["n1"]
     # a share on a device with 800 or 600 free: FGD takes the lower index, Muster the fuller
     t = table([3])
     t.apply(0, PodAsk(GpuAsk.fraction(200)), (1,))
@@ -251,18 +262,101 @@ def test_recent_mix_forgets_old_asks() -> None:
     assert policy.frag_table(t) is not first
 
 
-def test_recent_mix_refreshes_every_so_many_asks() -> None:
+def test_recent_mix_refreshes_on_a_new_class_and_every_so_many_asks() -> None:
     recent = RecentMix(window=10, every=3)
     recent.observe(HALF)
     assert recent() == WorkloadMix.of([HALF])  # an empty mix is filled at once
     recent.observe(ONE)
+    assert recent() == WorkloadMix.of([HALF, ONE])  # a class the mix lacks: at once
     recent.observe(ONE)
-    assert recent() == WorkloadMix.of([HALF])  # two new asks: not yet
     recent.observe(ONE)
-    assert recent() == WorkloadMix.of([HALF, ONE, ONE, ONE])
+    assert recent() == WorkloadMix.of([HALF, ONE])  # two more of known classes: not yet
+    recent.observe(ONE)
+    assert recent() == WorkloadMix.of([HALF, ONE, ONE, ONE, ONE])  # three: refreshed
+
+
+def test_recent_mix_refreshes_often_while_it_has_seen_few_asks() -> None:
+    # every=100 alone would score the first hundred pods against the first two asks' mix
+    recent = RecentMix(every=100)
+    recent.observe(HALF)
+    recent.observe(ONE)
+    refreshed = 0
+    for _ in range(60):
+        before = recent()
+        recent.observe(ONE)
+        refreshed += recent() is not before
+    assert 3 <= refreshed <= 6  # after 2, 4, 8, 16, 32 new asks
+    assert recent().weights[recent().classes.index(TaskClass.of(HALF))] < 0.05
+    cpu_only = RecentMix(gpu_only=True)
+    cpu_only.observe(PodAsk(cpu=1000))
+    first = cpu_only()
+    cpu_only.observe(PodAsk(cpu=1000))  # never in a GPU-only mix: not a new class
+    assert cpu_only() is first and first == WorkloadMix()
 
 
 def test_empty_mix_scores_without_fragmentation() -> None:
     t = table([2, 2])
     pick = place(MusterPolicy(WorkloadMix()), t, HALF)
     assert pick is not None and t.free_total.sum() == 4 * MILLI - 500
+
+
+def test_sized_fragmentation_counts_what_the_mix_would_leave_idle() -> None:
+    # an idle device and 470-milli tasks: FGD sees no fragmentation (the task fits), the
+    # sized measure sees the 60 milli that two such tasks leave
+    mix = WorkloadMix.of([PodAsk(GpuAsk.fraction(470))])
+    idle = {"cpu_free": 10, "memory_free": 10}
+    assert fragmentation([MILLI], "V100", mix, **idle) == 0
+    assert fragmentation([MILLI], "V100", mix, **idle, sized=True) == 60
+    # a 190 gap and 160 tasks: 30 left idle; 190 and 210: 30 + 50
+    small = WorkloadMix.of([PodAsk(GpuAsk.fraction(160))])
+    assert fragmentation([190], "V100", small, **idle, sized=True) == 30
+    assert fragmentation([190, 210], "V100", small, **idle, sized=True) == 80
+    # half the tasks take 300, half 600: from 1000, 300 (p=.5) then 300/600 ... in expectation
+    two = WorkloadMix.of([PodAsk(GpuAsk.fraction(300)), PodAsk(GpuAsk.fraction(600))])
+    fill_400 = 0.5 * 300  # then 100 left: nothing fits
+    fill_700 = 0.5 * (300 + fill_400) + 0.5 * 600
+    fill_1000 = 0.5 * (300 + fill_700) + 0.5 * (600 + fill_400)
+    assert fragmentation([MILLI], "V100", two, **idle, sized=True) == pytest.approx(
+        MILLI - fill_1000
+    )
+    # tasks without GPUs use none of it; a whole-GPU task takes its devices
+    mixed = WorkloadMix.of([PodAsk(cpu=1), PodAsk(GpuAsk.whole(2))])
+    assert fragmentation([MILLI] * 3, "V100", mixed, **idle, sized=True) == 3000 - 0.5 * 2000
+    assert fragmentation([MILLI] * 3, "V100", mixed, **idle) == 0
+
+
+def test_equal_shares_fill_one_device_before_opening_the_next() -> None:
+    quarter = PodAsk(GpuAsk.fraction(250), cpu=1000, memory=1000)
+    for policy in (FgdPolicy(WorkloadMix.of([quarter])), default_policy()):
+        t = table([2])
+        devices = []
+        for _ in range(5):
+            if isinstance(policy, LiveGpuPolicy):
+                policy.observe(quarter)
+            pick = place(policy, t, quarter)
+            assert pick is not None
+            devices.append(pick.devices)
+        assert devices == [(0,)] * 4 + [(1,)]
+
+
+def test_stranding_uses_the_gpu_pods_cpu_and_memory_per_gpu() -> None:
+    # pods without GPUs can run anywhere: they do not raise what a node must keep per GPU
+    mix = WorkloadMix.of([PodAsk(GpuAsk.whole(1), cpu=8000, memory=100), PodAsk(cpu=64_000)])
+    ft = FragTable(mix, ["V100"], 8)
+    assert ft.per_gpu == (8.0, 0.1)
+    # a 64-core cpu-only pod on a node with 8 GPUs and 72 cores would leave 7 GPUs unfed
+    t = GpuTable(["dense", "roomy"], [8, 8], ["V100"] * 2, [72_000, 200_000], [10**6] * 2)
+    assert run(MusterPolicy(mix), t, [PodAsk(cpu=64_000)]) == ["roomy"]
+
+
+def test_default_policy_is_the_live_muster_policy() -> None:
+    live = default_policy()
+    assert isinstance(live, LiveGpuPolicy) and live.name == "muster-default"
+    assert isinstance(live.mix, RecentMix) and isinstance(live.policy, MusterPolicy)
+    assert live.policy.sized and live.mix() == WorkloadMix()
+    assert default_policy().mix is not live.mix  # each caller learns its own mix
+    t = table([2, 1])
+    live.observe(HALF)
+    assert live.mix() == WorkloadMix.of([HALF])  # the pod is in the mix it is ranked against
+    assert np.isfinite(live.rank(t, HALF).cost).all()
+    assert live.rank(t, HALF).device is not None

@@ -1,5 +1,6 @@
 """The openb experiment on a tiny sampled trace: method (order, inflation, removal), every
-policy deterministic per seed, figures in range, table and plot."""
+policy deterministic per seed, figures in range, table and plot; ``muster-default`` is the
+live policy, shown each pod before ranking it; ``muster simulate openb``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app import cli
 from app.core.clusterfile import parse_openb_csv
+from app.core.gpus import GpuTable, PodAsk
+from app.core.policies.fgd import LiveGpuPolicy, MusterPolicy, TaskClass, default_policy
+from app.core.policies.gpushare import Ranking, choose
+from app.sim import openb
 from app.sim.openb import (
     GRID,
     POLICIES,
     arrival_order,
     load_trace,
     main,
+    make_policy,
     run_all,
     simulate,
     summary,
@@ -149,3 +156,120 @@ def test_command_line_prints_the_table_and_draws_the_plot(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit):
         main([*argv, "--policies", "nope"])
+
+
+class Spy(LiveGpuPolicy):
+    """The live policy, recording what it is shown and checking its mix when it ranks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, PodAsk]] = []
+
+    def observe(self, ask: PodAsk) -> None:
+        self.calls.append(("observe", ask))
+        super().observe(ask)
+
+    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+        self.calls.append(("rank", ask))
+        assert TaskClass.of(ask) in self.mix().classes, "ranked before it was observed"
+        return super().rank(table, ask)
+
+
+def test_live_default_observes_each_pod_once_before_ranking_it(
+    tmp_path: Path, nodes_csv: Path
+) -> None:
+    trace = load_trace(write_trace(tmp_path / "pods.csv", 24))
+    nodes = parse_openb_csv(nodes_csv.read_text())
+    spy = Spy()
+    result = simulate(nodes, trace, "muster-default", 0, factory=lambda *_: spy)
+    arrivals = arrival_order(trace, CAPACITY, 0)
+    assert len(spy.calls) == 2 * len(arrivals) == 2 * (result.placed + result.failed)
+    expected = [trace.ask(i) for i in arrivals.tolist()]
+    assert [a for verb, a in spy.calls[0::2]] == expected  # every arrival observed ...
+    assert {verb for verb, _ in spy.calls[0::2]} == {"observe"}
+    assert spy.calls[1::2] == [("rank", a) for a in expected]  # ... then ranked, in turn
+
+
+def test_muster_default_is_the_live_policy_and_oracle_knows_the_trace(
+    tmp_path: Path, nodes_csv: Path
+) -> None:
+    trace = load_trace(write_trace(tmp_path / "pods.csv", 24))
+    assert isinstance(make_policy("muster-default", trace, 0), LiveGpuPolicy)
+    oracle = make_policy("muster-oracle", trace, 0)
+    assert isinstance(oracle, MusterPolicy) and oracle.name == "muster-oracle"
+    # the simulation's muster-default is default_policy() driven as the extender drives it
+    nodes = parse_openb_csv(nodes_csv.read_text())
+    got = simulate(nodes, trace, "muster-default", 2)
+    table = GpuTable.from_nodes([nodes[i] for i in np.random.default_rng([2, 1]).permutation(6)])
+    live, placed = default_policy(), 0
+    for i in arrival_order(trace, CAPACITY, 2).tolist():
+        ask = trace.ask(i)
+        live.observe(ask)
+        pick = choose(live, table, ask)
+        if pick is not None:
+            table.apply(pick.row, ask, pick.devices)
+            placed += 1
+    assert got.placed == placed
+    assert got.at(130) == pytest.approx(100 * table.gpu_allocated / CAPACITY)
+
+
+def openb_files(directory: Path, pods: int = 24) -> tuple[Path, Path]:
+    """A small trace and node list named as the real ones (so the paper's column shows)."""
+    directory.mkdir(exist_ok=True)
+    nodes = directory / "openb_node_list_gpu_node.csv"
+    nodes.write_text(NODES)
+    return write_trace(directory / "openb_pod_list_default.csv", pods), nodes
+
+
+def test_muster_simulate_openb_prints_the_table_and_draws_the_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    pods, nodes = openb_files(tmp_path / "openb")
+    png = tmp_path / "openb.png"
+    argv = ["simulate", "openb", "--trace", str(pods), "--nodes", str(nodes), "--seeds", "1",
+            "--jobs", "1", "--plot", str(png)]  # fmt: skip
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0] == "openb_pod_list_default.csv: 24 pods; 6 nodes, 26 GPUs; 1 seeds"
+    assert lines[1].split() == ["policy", "alloc", "@130%", "alloc", "@100%", "failed", "pods",
+                                "paper", "s/run"]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in lines[2:] if line.split()[0] in POLICIES}
+    assert list(rows) == list(POLICIES)  # all six by default, muster-oracle included
+    assert rows["fgd"][-2] == "95.39" and rows["muster-default"][-2] == "-"
+    assert all(0 < float(row[1]) <= 100 for row in rows.values())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot written to {png}" in captured.out
+    assert "muster-default seed 0:" in captured.err  # progress
+
+
+def test_muster_simulate_openb_finds_the_shared_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openb_files(tmp_path, pods=12)
+    monkeypatch.setattr(openb, "TRACE_DIR", tmp_path)
+    args = cli.build_parser().parse_args(["simulate", "openb", "--policies", "best-fit"])
+    assert args.trace == str(tmp_path / "openb_pod_list_default.csv")
+    assert args.nodes == str(tmp_path / "openb_node_list_gpu_node.csv")
+    assert (args.seeds, args.policies, args.jobs) == (10, ["best-fit"], 2)
+    assert cli.main(["simulate", "openb", "--seeds", "1", "--policies", "best-fit", "--quiet"]) == 0
+    assert "best-fit" in capsys.readouterr().out
+    # without the shared files, --trace and --nodes must be given
+    monkeypatch.setattr(openb, "TRACE_DIR", tmp_path / "missing")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["simulate", "openb"])
+    # the gang simulation is still the default mode
+    assert cli.build_parser().parse_args(["simulate", "--preset", "seed"]).experiment is None
+
+
+def test_muster_simulate_openb_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods, nodes = openb_files(tmp_path)
+    base = ["simulate", "openb", "--trace", str(pods), "--nodes", str(nodes), "--quiet"]
+    assert cli.main([*base[:3], str(tmp_path / "none.csv"), *base[4:]]) == 2
+    assert "none.csv" in capsys.readouterr().err
+    assert cli.main([*base, "--seeds", "0"]) == 2
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--policies", "fgd,nope"])
+    assert "unknown policy nope" in capsys.readouterr().err
