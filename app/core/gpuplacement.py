@@ -9,7 +9,8 @@ workload mix learned from the pods seen) to the cluster cache:
   model, free cpu and memory), once per view;
 * ``scores`` maps the policy's cost over the candidates to kube-scheduler's 0-10: the single
   cheapest candidate (first among equals, the policy's own tie-break) scores 10, the rest 0-9
-  by cost, so kube-scheduler lands the pod exactly where the policy would (the extender's
+  by cost (linear over the candidates' cost range, or over one GPU's worth if that is
+  wider), so kube-scheduler lands the pod exactly where the policy would (the extender's
   weight in the scheduler profile makes it dominate);
 * ``devices`` is the device set the policy takes on the chosen node (for a share, the device
   the policy scored; for whole GPUs, the cache's best-connected choice).
@@ -140,12 +141,11 @@ class GpuPlacement:
         finite = np.isfinite(cost)
         if not finite.any():
             return out
-        low, high = cost[finite].min(), cost[finite].max()
-        spread = high - low
-        if spread > 0:
-            scaled = np.floor((MAX_SCORE - 1) * (high - cost[finite]) / spread)
-        else:
-            scaled = np.full(int(finite.sum()), MAX_SCORE - 1)
+        low = cost[finite].min()
+        # Costs are milli-GPU lost; differences below one GPU's worth stay within a point or
+        # two, so near-ties (float noise included) do not look like a gulf to kube-scheduler.
+        spread = max(float(cost[finite].max() - low), float(MILLI))
+        scaled = (MAX_SCORE - 1) - np.floor((MAX_SCORE - 1) * (cost[finite] - low) / spread)
         out[finite] = np.clip(scaled, 0, MAX_SCORE - 1).astype(np.int64)
         out[int(np.argmin(np.where(finite, cost, np.inf)))] = MAX_SCORE
         return out

@@ -220,9 +220,12 @@ def test_mutate_reads_owner_and_namespace(cluster_like: tuple[httpx.Client, Any]
     assert answer(post(client, "/mutate", review(other, uid=UID))) == {"uid": UID, "allowed": True}
     # The Job was read once (in a worker thread); the next pods of the gang use the cache.
     response = answer(post(client, "/mutate", review(job_pod("train"), uid=UID)))
-    assert apply_patch(job_pod("train"), decoded_patch(response))["metadata"]["labels"][
-        "muster.io/min-member"
-    ] == "3"
+    assert (
+        apply_patch(job_pod("train"), decoded_patch(response))["metadata"]["labels"][
+            "muster.io/min-member"
+        ]
+        == "3"
+    )
     assert services.owners.calls == 1
 
 

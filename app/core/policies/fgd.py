@@ -165,8 +165,9 @@ def fragmentation(
     without GPUs fragments nothing. Sized (``sized=True``): the free milli that the mix's
     tasks would leave idle. Each device is filled by tasks of the mix arriving one by one,
     each taking its milli if the node allows its class and the device has room, until the
-    first one that does not fit (``expected_fill``); a multi-GPU task takes its devices if
-    the node has them fully free; a class without GPUs takes none.
+    first one that does not fit (``expected_fill``); tasks of a multi-GPU class fill the
+    fully free devices ``count`` at a time (``full // count`` tasks); a class without GPUs
+    takes none.
     """
     total = sum(free)
     allowed = [
@@ -192,7 +193,7 @@ def fragmentation(
 
     usable = sum(fill(int(f)) for f in free)
     full = sum(1 for f in free if f == MILLI)
-    usable += sum(p * c.count * MILLI for c, p in allowed if 1 < c.count <= full)
+    usable += sum(p * (full // c.count) * c.count * MILLI for c, p in allowed if c.count > 1)
     return sum(mix.weights) * total - usable
 
 
@@ -297,7 +298,11 @@ class FragTable:
             elif c.count == 1:
                 shares[(*region, self.share_bucket[c.milli])] += p
             elif c.count <= max_devices:
-                multi[(*region, slice(c.count, None))] += p * (c.count if sized else 1)
+                if sized:  # tasks of the class fill floor(free / count) of them, one by one
+                    fill = np.arange(max_devices + 1) // c.count * c.count
+                    multi[region] += p * fill
+                else:
+                    multi[(*region, slice(c.count, None))] += p
         if sized:  # one row of values per distinct set of allowed one-device classes
             flat = fit.reshape(int(np.prod(shape)), len(one))
             if one:
@@ -313,7 +318,7 @@ class FragTable:
             self._fill = expected_fill(sets, sizes, weights, self.amounts)
         self.shares = np.cumsum(shares, axis=-1).reshape(-1)  # [cell * (len(milli) + 1) + bucket]
         self._share_width = len(milli) + 1
-        # usable milli by fully free devices: a multi-GPU task's own size (sized), else all
+        # usable milli by fully free devices: what the tasks would fill (sized), else all
         per_device = MILLI if sized else MILLI * np.arange(max_devices + 1)
         self.multi = (multi * per_device).reshape(-1, max_devices + 1)
         self.cpu_only = cpu_only.reshape(-1)
