@@ -46,7 +46,7 @@ _MAX_INSTANCE = 128
 _MAX_NAME = 253
 
 
-def _status_message(exc: ApiException) -> str:
+def status_message(exc: ApiException) -> str:
     """The ``message`` of the Status body, else ``"<code> <reason>"``."""
     try:
         body = json.loads(exc.body or "")
@@ -60,7 +60,7 @@ def _status_message(exc: ApiException) -> str:
 def gateway_error(exc: BaseException, action: str) -> GatewayError:
     """Translate a client exception into a ``GatewayError`` (``action`` names the call)."""
     if isinstance(exc, ApiException) and exc.status:
-        return GatewayError(_REASONS.get(exc.status, "Unavailable"), _status_message(exc))
+        return GatewayError(_REASONS.get(exc.status, "Unavailable"), status_message(exc))
     if isinstance(exc, ApiException):  # status 0: TLS failure inside the client
         return GatewayError("Unavailable", f"{action}: {exc.reason}")
     return GatewayError("Unavailable", f"{action}: {exc}")
@@ -74,7 +74,7 @@ def _eviction_unsupported(exc: ApiException) -> bool:
     """
     if exc.status not in (400, 404, 415, 422):
         return False
-    message = _status_message(exc)
+    message = status_message(exc)
     return "policy/v1" in message and "v1beta1" not in message
 
 

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from app.core.errors import MusterError
+from app.k8s.gateway import status_message
 
 _TIMEOUT = (5.0, 10.0)
-
-
-def _message(exc: ApiException) -> str:
-    """The ``message`` of the API server's Status body, else ``"<code> <reason>"``."""
-    try:
-        body = json.loads(exc.body or "")
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return f"{exc.status} {exc.reason}".strip()
 
 
 def annotation_patch(key: str, value: str | None) -> dict[str, object]:
@@ -47,6 +35,6 @@ def patch_node_annotation(api: ApiClient, node: str, key: str, value: str | None
     except ApiException as exc:
         if exc.status == 404:
             raise MusterError(f"node {node!r} not found") from exc
-        raise MusterError(f"cannot annotate node {node!r}: {_message(exc)}") from exc
+        raise MusterError(f"cannot annotate node {node!r}: {status_message(exc)}") from exc
     except (HTTPError, OSError) as exc:
         raise MusterError(f"cannot annotate node {node!r}: {exc}") from exc

@@ -15,18 +15,9 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from app.core.errors import MusterError
+from app.k8s.gateway import status_message
 
 _TIMEOUT = (5.0, 10.0)
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        body = json.loads(exc.body or "")
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return f"{exc.status} {exc.reason}"
 
 
 def ca_bundle_patch(config: dict[str, Any], ca_bundle: str) -> list[dict[str, Any]]:
@@ -68,7 +59,7 @@ def patch_ca_bundle(api: ApiClient, name: str, ca_bundle: str) -> list[str]:
             if exc.status == 404:
                 report.append(f"{kind} {name} not found; skipped")
                 continue
-            raise MusterError(f"cannot patch {kind} {name}: {_message(exc)}") from exc
+            raise MusterError(f"cannot patch {kind} {name}: {status_message(exc)}") from exc
         except (HTTPError, OSError, ValueError) as exc:
             raise MusterError(f"cannot patch {kind} {name}: {exc}") from exc
         patched += 1

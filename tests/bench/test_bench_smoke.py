@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -11,32 +9,17 @@ from types import ModuleType
 import pytest
 
 from app.core.clusterfile import load_cluster_file
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def _load(name: str) -> ModuleType:
-    """Import ``scripts/<name>.py`` (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from tests.scriptload import script_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    module = _load("bench_extender")
-    yield module
-    sys.modules.pop("bench_extender", None)
+    yield from script_module("bench_extender")
 
 
 @pytest.fixture(scope="module")
 def gen_cluster() -> Iterator[ModuleType]:
-    module = _load("gen_cluster")
-    yield module
-    sys.modules.pop("gen_cluster", None)
+    yield from script_module("gen_cluster")
 
 
 def test_generated_cluster_is_loadable_exact_and_deterministic(

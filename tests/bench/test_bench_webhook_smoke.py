@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_webhook.py"
+from tests.scriptload import script_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("bench_webhook", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_webhook"] = module  # dataclasses look their module up while built
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("bench_webhook", None)
+    yield from script_module("bench_webhook")
 
 
 def test_benchmark_measures_both_servers_and_prints_the_table(bench: ModuleType) -> None:

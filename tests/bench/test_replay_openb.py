@@ -3,15 +3,14 @@ HTTP must place every pod where the simulator does, and over-commit nothing."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replay_openb.py"
+from tests.scriptload import script_module
+
 OPENB = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "openb"
 TRACE = OPENB / "openb_pod_list_default.csv"
 NODES = OPENB / "openb_node_list_gpu_node.csv"
@@ -24,13 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def replay_openb() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("replay_openb", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["replay_openb"] = module  # dataclasses look their module up while built
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("replay_openb", None)
+    yield from script_module("replay_openb")
 
 
 @pytest.mark.timeout(120)
