@@ -7,9 +7,9 @@ one network-topology domain when it can (``actions.topology`` over ``actions.all
 gang that fits gets a **plan** (member -> node) whose room is reserved in the cache, so every
 other pod and gang sees it as taken; a gang that does not fit holds nothing and gets a reason.
 Elastic members beyond min-member are placed after every waiting gang's core, one by one, only
-where room is left. Elastic members and a member moved by ``replan_member`` ignore topology; so
-do preemption and the head-of-line hold, which is why a gang kept waiting by its topology ask
-(not by capacity) gets neither.
+where room is left. A member moved by ``replan_member`` stays in its gang's required domain;
+elastic members ignore topology, and so do preemption and the head-of-line hold, which is why
+a gang kept waiting by its topology ask (not by capacity) gets neither.
 
 Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 """
@@ -251,6 +251,7 @@ class Planner:
                 i = view.index.get(name)
                 if i is not None:
                     allowed[i] = True
+            allowed &= self._same_required_domain(view, spec.key, old)
             placed = allocate(view, [pod], strategy=self._strategy, allowed={pod.uid: allowed})
             node = placed.placed.get(pod.uid)
             if node and not self._cache.reserve({pod.uid: node}):
@@ -259,6 +260,21 @@ class Planner:
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
             self._release(spec.key, why)
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
+
+    def _same_required_domain(self, view: NodeView, gang: str, node: str) -> np.ndarray:
+        """Rows a re-planned member of ``gang`` may move to: with ``topology-required``, only
+        the domain (at that level) of its planned ``node``, where the rest of the plan is;
+        otherwise every row."""
+        everywhere = np.ones(len(view.nodes), dtype=bool)
+        ask, _ = ask_of(self._cache.gang_members_of(gang))
+        row = view.index.get(node)
+        if ask is None or not ask.required or row is None:
+            return everywhere
+        tree = tree_for(view.table, self._topology_keys)
+        level = tree.level(ask.level)
+        if level is None:
+            return everywhere
+        return tree.ids[level] == tree.ids[level, row]
 
     def release(self, gang: str, reason: str) -> None:
         """Drop ``gang``'s plan and its reservations (bind timeout, rollback)."""

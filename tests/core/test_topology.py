@@ -373,3 +373,36 @@ def test_settings_topology_keys_reach_the_planner(tmp_path: Path) -> None:
     planner.cycle(force=True)
     plan = planner.plan("ml/llama")
     assert plan is not None and set(plan.members.values()) == {"g1", "g3"}
+
+
+def test_a_replanned_member_of_a_required_gang_stays_in_the_domain() -> None:
+    """kube-scheduler filtered out a member's planned node: it moves within the block only."""
+    boxes = (
+        ("a1", "z/s1/b1", 8, 0),
+        ("a2", "z/s1/b1", 8, 0),
+        ("a3", "z/s1/b1", 8, 0),
+        ("c1", "z/s2/b3", 8, 0),
+    )
+    for ask, may_leave in (({REQUIRED: "block"}, False), ({PREFERRED: "block"}, True)):
+        cluster = cluster_of(boxes)
+        members = gang(2, 8, ask)
+        cluster.cache.upsert_pods(members)
+        where = planned(cluster, members)
+        assert where <= {"a1", "a2", "a3"} and len(where) == 2
+        first = cluster.extender.planner.plan("ml/llama").members[members[0].uid]
+        spare = ({"a1", "a2", "a3"} - where).pop()
+        # Only the other block's node and the block's spare node are offered.
+        result = cluster.extender.filter(members[0], ["c1", spare] if may_leave else ["c1"])
+        if may_leave:
+            assert result.feasible in (["c1"], [spare])
+        else:
+            assert result.feasible == []  # c1 is in another block: the plan is released
+            assert "filtered out by kube-scheduler" in next(iter(result.unresolvable.values()))
+        assert first != "c1"
+    cluster = cluster_of(boxes)
+    members = gang(2, 8, {REQUIRED: "block"})
+    cluster.cache.upsert_pods(members)
+    where = planned(cluster, members)
+    spare = ({"a1", "a2", "a3"} - where).pop()
+    result = cluster.extender.filter(members[0], ["c1", spare])
+    assert result.feasible == [spare]  # moved inside the block
