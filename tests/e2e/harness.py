@@ -47,7 +47,7 @@ extenders:
     prioritizeVerb: prioritize
     preemptVerb: preempt
     bindVerb: bind
-    weight: 5
+    weight: 20
     enableHTTPS: false
     nodeCacheCapable: true
     httpTimeout: 5s
