@@ -7,9 +7,10 @@ one network-topology domain when it can (``actions.topology`` over ``actions.all
 gang that fits gets a **plan** (member -> node) whose room is reserved in the cache, so every
 other pod and gang sees it as taken; a gang that does not fit holds nothing and gets a reason.
 Elastic members beyond min-member are placed after every waiting gang's core, one by one, only
-where room is left. A member moved by ``replan_member`` stays in its gang's required domain;
-elastic members ignore topology, and so do preemption and the head-of-line hold, which is why
-a gang kept waiting by its topology ask (not by capacity) gets neither.
+where room is left. A member moved by ``replan_member`` stays in its gang's required domain,
+and a gang first in line that waits for its required domain gets its head-of-line hold inside
+one such domain. Elastic members ignore topology, and so does preemption, which is why a gang
+kept waiting by its topology ask (not by capacity) evicts nothing.
 
 Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 """
@@ -130,6 +131,10 @@ class Eviction:
     preemptor: str
     units: tuple[Unit, ...]
     why: str
+
+
+#: How many domains a ``topology-required`` gang's head-of-line reservation considers.
+_DOMAINS_TRIED = 8
 
 
 class Planner:
@@ -458,16 +463,17 @@ class Planner:
             return False
         view = self._view_for(gang.key, core)
         allocation = self._allocate(view, core, gang)
-        # Its topology ask, not capacity, blocks it: preemption and head-of-line holds are not
-        # topology-aware, so they would place it outside the domain it asks for.
+        # Its topology ask, not capacity, blocks it: preemption is not topology-aware, so it
+        # would free room outside the domain it asks for.
         asked = allocation.reason
         if not allocation.complete and not asked and self._preempt(gang, core, queue, usage, now):
             return True
         if not allocation.complete:
             reason = asked or why_unplaced(view, allocation, gang.min_member)
-            if self._head is None and not asked:
-                # First in line and blocked by capacity: hold the soonest-freeing room for it.
-                self._head = self._reserve_head(gang.key, core)
+            if self._head is None and (not asked or self._waits_for_domain(gang)):
+                # First in line and blocked by capacity (or by its required domain): hold the
+                # soonest-freeing room for it (inside one such domain).
+                self._head = self._reserve_head(gang.key, core, self._domains_for(gang, view))
                 if self._head is not None:
                     wait = max(self._head.start - self._wall(), 0.0)
                     nodes = ", ".join(sorted(self._head.holds))
@@ -603,16 +609,48 @@ class Planner:
             return self._cache.backfill_view()
         return self._cache.view()
 
-    def _reserve_head(self, gang: str, core: Sequence[Pod]) -> Reservation | None:
+    def _waits_for_domain(self, gang: Gang) -> bool:
+        """Whether ``gang`` waits only because no domain of its required level has room (a
+        valid ``topology-required`` ask and no running members pinning it elsewhere)."""
+        ask, problem = ask_of(gang.members)
+        return ask is not None and ask.required and not problem and not gang.bound
+
+    def _domains_for(self, gang: Gang, view: NodeView) -> list[np.ndarray] | None:
+        """Row masks of the domains a ``topology-required`` gang could be reserved in (the
+        ``_DOMAINS_TRIED`` with the most GPUs that could hold it; none for an unknown level),
+        or None: the gang asks for no domain, anywhere will do."""
+        ask, problem = ask_of(gang.members)
+        if ask is None or not ask.required or problem:
+            return None
+        tree = tree_for(view.table, self._topology_keys)
+        level = tree.level(ask.level)
+        if level is None:
+            return []  # an unknown level: nowhere to hold room
+        need = np.asarray(demand_of(gang.pending[: gang.min_member - len(gang.bound)]))
+        capacity = tree.sums(level, view.allocatable)
+        big_enough = np.flatnonzero((capacity >= need).all(axis=1))
+        order = big_enough[np.argsort(-capacity[big_enough, 0], kind="stable")]
+        return [tree.ids[level] == d for d in order[:_DOMAINS_TRIED].tolist()]
+
+    def _reserve_head(
+        self, gang: str, core: Sequence[Pod], domains: list[np.ndarray] | None = None
+    ) -> Reservation | None:
+        """Hold the soonest-freeing room for ``gang`` (inside one of ``domains`` if given)."""
         snapshot = replace(self._cache.snapshot(), view=self._cache.backfill_view())
-        reservation = reserve_for(
-            snapshot,
-            gang,
-            core,
-            now=self._wall(),
-            default_runtime=self._default_runtime,
-            strategy=self._strategy,
-        )
+        options = [
+            reserve_for(
+                snapshot,
+                gang,
+                core,
+                now=self._wall(),
+                default_runtime=self._default_runtime,
+                strategy=self._strategy,
+                within=mask,
+            )
+            for mask in (domains if domains is not None else [None])
+        ]
+        found = [r for r in options if r is not None]
+        reservation = min(found, key=lambda r: r.start) if found else None
         if reservation is not None:
             self._cache.set_holds(gang, reservation.holds, reservation.start)
         return reservation

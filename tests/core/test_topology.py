@@ -183,6 +183,8 @@ class Waiting:
     gpu: int
     ask: dict[str, str]
     reason: str
+    #: first in line with a valid required level: room is held for it inside one block
+    held: bool = True
 
 
 HALF_FREE = (("a1", "z1/s1/b1", 8, 4), ("a2", "z1/s1/b1", 8, 4),
@@ -214,27 +216,38 @@ WAITING = [
         HALF_FREE, 2, 1, {REQUIRED: "rack"},
         "unknown topology level 'rack' in muster.io/topology-required; "
         "known levels: zone, spine, block, hostname",
+        held=False,
     ),
     Waiting(
         "unknown preferred level",
         HALF_FREE, 2, 1, {PREFERRED: "nvlink"},
         "unknown topology level 'nvlink' in muster.io/topology-preferred; "
         "known levels: zone, spine, block, hostname",
+        held=False,
     ),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", WAITING, ids=lambda c: c.id)
-def test_gang_waits_with_a_reason_and_holds_nothing(case: Waiting) -> None:
+def test_gang_waits_with_a_reason_and_plans_nothing(case: Waiting) -> None:
     cluster = cluster_of(case.nodes)
     members = gang(case.size, case.gpu, case.ask)
     cluster.cache.upsert_pods(members)
     assert planned(cluster, members) == set()
     verdict = cluster.extender.planner.verdict(members[0])
-    assert verdict.reason == f"gang ml/llama: {case.reason}"
-    assert cluster.extender.planner.reservation is None  # no head-of-line holds either
-    used = sum(r.gpu for r in map(cluster.cache.view().used_of, cluster.names))
-    assert used == sum(box[3] for box in case.nodes) * 1000  # nothing reserved
+    reservation = cluster.extender.planner.reservation
+    if case.held:
+        # First in line: the soonest-freeing room inside ONE block is held for it (backfill).
+        assert reservation is not None
+        assert len(domains(case.nodes, set(reservation.holds), 2)) == 1
+        nodes = ", ".join(sorted(reservation.holds))
+        assert verdict.reason.startswith(f"gang ml/llama: {case.reason}; reserved {nodes}, ")
+    else:
+        assert reservation is None
+        assert verdict.reason == f"gang ml/llama: {case.reason}"
+    view = cluster.cache.backfill_view()  # usage without the held room
+    used = sum(r.gpu for r in map(view.used_of, cluster.names))
+    assert used == sum(box[3] for box in case.nodes) * 1000  # no plan reserved anything
 
 
 def test_required_block_waits_then_runs_once_a_block_frees() -> None:
@@ -244,9 +257,11 @@ def test_required_block_waits_then_runs_once_a_block_frees() -> None:
     assert allocate(cluster.cache.view(), members).complete  # the cluster as a whole has room
     result = cluster.extender.filter(members[0], cluster.names)
     assert result.feasible == []
-    assert set(result.unresolvable.values()) == {
-        "gang ml/llama: no single block has room for 16 nvidia.com/gpu (largest free: 8)"
-    }
+    (reason,) = set(result.unresolvable.values())
+    assert reason.startswith(
+        "gang ml/llama: no single block has room for 16 nvidia.com/gpu (largest free: 8); "
+        "reserved a1, a2, expected to start in "
+    )
     for name in ("a1", "a2"):
         cluster.cache.delete_pod(next(p.uid for p in cluster.cache.snapshot().pods.values()
                                       if p.name == f"busy-{name}"))  # fmt: skip
@@ -281,8 +296,11 @@ def test_failure_memo_tells_asks_apart() -> None:
     wait too (the planner remembers failures per shape *and* ask)."""
     cluster = cluster_of(HALF_FREE)
     strict = gang(16, 1, {REQUIRED: "block"}, name="strict")
+    # (loose is second in line: it declares a short runtime, so it may use the room held
+    # for strict meanwhile)
     loose = [pod(f"loose-{i}", gpu=1, namespace="ml", created=100 + i,
-                 labels={"muster.io/pod-group": "loose", "muster.io/min-member": "16"})
+                 labels={"muster.io/pod-group": "loose", "muster.io/min-member": "16"},
+                 annotations={"muster.io/expected-runtime": "10s"})
              for i in range(16)]  # fmt: skip
     cluster.cache.upsert_pods([*strict, *loose])
     assert planned(cluster, strict, "strict") == set()
@@ -406,3 +424,34 @@ def test_a_replanned_member_of_a_required_gang_stays_in_the_domain() -> None:
     spare = ({"a1", "a2", "a3"} - where).pop()
     result = cluster.extender.filter(members[0], ["c1", spare])
     assert result.feasible == [spare]  # moved inside the block
+
+
+def test_a_required_gang_first_in_line_gets_its_hold_inside_one_block() -> None:
+    """No block has room now; block b2 frees soonest, so the hold is there, not split."""
+    from tests.core.test_backfill import NOW, running
+
+    boxes = (
+        ("a1", "z/s1/b1", 8, 0),
+        ("a2", "z/s1/b1", 8, 0),
+        ("c1", "z/s2/b2", 8, 0),
+        ("c2", "z/s2/b2", 8, 0),
+    )
+    cluster = cluster_of(boxes)
+    cluster.extender.planner._wall = lambda: NOW  # noqa: SLF001 - fixed wall clock
+    cluster.cache.upsert_pods([
+        running("r-a1", 8, "a1", started=900, runtime="100s"),  # ends at +1000: soonest
+        running("r-a2", 4, "a2", started=900, runtime="1h"),  # b1 stays half full for long
+        running("r-c1", 8, "c1", started=900, runtime="300s"),  # b2 frees at +1200
+        running("r-c2", 8, "c2", started=900, runtime="300s"),
+    ])  # fmt: skip
+    members = gang(2, 8, {REQUIRED: "block"})
+    cluster.cache.upsert_pods(members)
+    assert planned(cluster, members) == set()
+    owner, holds, until = cluster.cache.holds
+    # b1 frees a1 first (+1000) but a2 only after an hour; b2 has both nodes free at +1200.
+    assert owner == "ml/llama" and set(holds) == {"c1", "c2"}
+    reason = next(
+        r["reason"] for r in cluster.extender.planner.describe() if r["gang"] == "ml/llama"
+    )
+    assert reason.startswith("no single block has room for 16 nvidia.com/gpu")
+    assert "reserved c1, c2, expected to start in 200s" in reason

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from app.core.actions.allocate import allocate
 from app.core.cache import Snapshot, without
 from app.core.model import Pod, Resources
@@ -36,17 +38,22 @@ def reserve_for(
     now: float,
     default_runtime: float,
     strategy: str = "binpack",
+    within: np.ndarray | None = None,
 ) -> Reservation | None:
     """Where and when ``members`` could start once the earliest-ending pods are gone.
 
-    ``snapshot.view`` must not count existing holds. ``None`` if the gang would not fit even
-    with every running pod gone.
+    ``snapshot.view`` must not count existing holds. ``within``: a row mask the gang must stay
+    in (one topology domain). ``None`` if the gang would not fit even with every running pod
+    (there) gone.
     """
     view = snapshot.view
+    allowed = None if within is None else {p.uid: within for p in members}
     running = []
     for uid, pod in snapshot.pods.items():
         node = snapshot.placement.get(uid)
         if not node or pod.terminal or not snapshot.holds_node(pod) or node not in view.index:
+            continue
+        if within is not None and not within[view.index[node]]:
             continue
         started = pod.started or snapshot.bound_at.get(uid, now)
         running.append((expected_end(pod, started, default_runtime), view.index[node], pod))
@@ -54,7 +61,7 @@ def reserve_for(
 
     def attempt(k: int):  # noqa: ANN202 - local helper
         gone = without(snapshot, (pod for _, _, pod in running[:k]), view)
-        return allocate(gone, members, strategy=strategy)
+        return allocate(gone, members, strategy=strategy, allowed=allowed)
 
     if not attempt(len(running)).complete:
         return None
