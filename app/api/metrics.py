@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -57,6 +58,17 @@ class Metrics:
             "muster_cache_nodes", "Nodes in the cache.", registry=self.registry
         )
         self.cache_pods = Gauge("muster_cache_pods", "Pods in the cache.", registry=self.registry)
+        self.gpu_devices = Gauge(
+            "muster_gpu_devices",
+            "GPU devices by state: idle (fully free), shared (partly used), full.",
+            ["state"],
+            registry=self.registry,
+        )
+        self.gpu_free_on_shared = Gauge(
+            "muster_gpu_free_on_shared_devices",
+            "GPU (in GPUs) free on partly used devices: room only GPU shares can use.",
+            registry=self.registry,
+        )
 
     @contextmanager
     def observe(self, verb: str) -> Iterator[list[int]]:
@@ -83,4 +95,14 @@ def metrics(request: Request) -> Response:
     snapshot = services.cache.snapshot()
     services.metrics.cache_nodes.set(len(snapshot.view.nodes))
     services.metrics.cache_pods.set(len(snapshot.pods))
+    view = snapshot.view
+    free = view.gpu_free if len(view.gpu_free) == len(view.nodes) else None
+    if free is not None:
+        exists = np.arange(free.shape[1]) < (view.allocatable[:, 0] // 1000)[:, None]
+        idle = exists & (free >= 1000)
+        full = exists & (free <= 0)
+        shared = exists & ~idle & ~full
+        for state, mask in (("idle", idle), ("shared", shared), ("full", full)):
+            services.metrics.gpu_devices.labels(state).set(int(mask.sum()))
+        services.metrics.gpu_free_on_shared.set(float(free[shared].sum()) / 1000)
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -81,6 +81,19 @@ def test_health_ready_debug_and_metrics() -> None:
             if s.labels.get("result") == "feasible"
         ]
         assert feasible_count == [2]
+        devices = {s.labels["state"]: s.value for s in families["muster_gpu_devices"].samples}
+        assert devices == {"idle": 37, "shared": 0, "full": 4}  # demo: 41 GPUs, 4 taken
+
+        share = pod_json("notebook", annotations={"muster.io/gpu-fraction": "0.25"})
+        client.post("/filter", content=json.dumps({"Pod": share, "NodeNames": ["a100-1"]}))
+        bind = {"PodName": "notebook", "PodNamespace": "default",
+                "PodUID": share["metadata"]["uid"], "Node": "a100-1"}  # fmt: skip
+        assert client.post("/bind", content=json.dumps(bind)).json() == {"Error": ""}
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+        devices = {s.labels["state"]: s.value for s in families["muster_gpu_devices"].samples}
+        assert devices == {"idle": 36, "shared": 1, "full": 4}
+        (free,) = families["muster_gpu_free_on_shared_devices"].samples
+        assert free.value == 0.75
         assert client.get("/docs").status_code == 200
         paths = client.get("/openapi.json").json()["paths"]
         assert {"/filter", "/prioritize", "/preempt", "/bind", "/debug/nodes"} <= set(paths)
