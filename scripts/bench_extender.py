@@ -71,14 +71,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-import numpy as np  # noqa: E402
 from fastapi import FastAPI, Request, Response  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 from app.api import wire  # noqa: E402
 from app.core.filter import FilterResult  # noqa: E402
 from app.core.objects import pod_from_dict  # noqa: E402
-from scripts.benchproc import child_server  # noqa: E402
+from scripts.benchproc import Latency, child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
 
 #: p50 targets (ms) for filter+prioritize over HTTP, by node count; ratio target for all sizes.
@@ -244,28 +243,11 @@ class Latencies:
         return len(self.client["filter"])
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """p50 and p99 of one series, in milliseconds."""
-
-    p50: float
-    p99: float
-    count: int
-
-    @classmethod
-    def of(cls, samples_ns: Sequence[int]) -> Stat:
-        """Percentiles of nanosecond samples."""
-        if not samples_ns:
-            raise ValueError("no samples")
-        p50, p99 = np.percentile(np.asarray(samples_ns, dtype=np.float64), [50, 99]) / 1e6
-        return cls(float(p50), float(p99), len(samples_ns))
-
-
-def verb_stats(samples: dict[str, list[int]]) -> dict[str, Stat]:
+def verb_stats(samples: dict[str, list[int]]) -> dict[str, Latency]:
     """Stats per verb and for filter + prioritize of the same pod."""
-    stats = {verb: Stat.of(samples[verb]) for verb in VERBS}
+    stats = {verb: Latency.of(samples[verb]) for verb in VERBS}
     both = [sum(per_pod) for per_pod in zip(*(samples[verb] for verb in VERBS), strict=True)]
-    stats[BOTH] = Stat.of(both)
+    stats[BOTH] = Latency.of(both)
     return stats
 
 
@@ -326,14 +308,14 @@ def count_feasible(client: httpx.Client, template: BodyTemplate) -> int:
     return len(json.loads(answer)["NodeNames"])
 
 
-def http_floor(client: httpx.Client, requests: int) -> Stat:
+def http_floor(client: httpx.Client, requests: int) -> Latency:
     """Round trip of an empty GET on the null server: client + uvicorn + routing only."""
     samples = []
     for _ in range(min(requests, 500) + 20):
         start = time.perf_counter_ns()
         client.get("/ping")
         samples.append(time.perf_counter_ns() - start)
-    return Stat.of(samples[20:])
+    return Latency.of(samples[20:])
 
 
 def encode_filter_answer(result: FilterResult) -> str:
@@ -347,7 +329,7 @@ def encode_filter_answer(result: FilterResult) -> str:
 
 def measure_in_process(
     cluster: Path, template: BodyTemplate, requests: int, warmup: int, time_limit: float
-) -> dict[str, Stat]:
+) -> dict[str, Latency]:
     """Time the core verbs and the wire work around them, without HTTP."""
     from app.api.extender import _PRIORITIES as REAL_PRIORITIES
     from app.services import build_services
@@ -375,9 +357,9 @@ def measure_in_process(
                 stages[key].append(ns)
             if time.monotonic() > deadline:
                 break
-    stats = {key: Stat.of(values) for key, values in stages.items()}
+    stats = {key: Latency.of(values) for key, values in stages.items()}
     both = [f + p for f, p in zip(stages["filter"], stages["prioritize"], strict=True)]
-    stats[BOTH] = Stat.of(both)
+    stats[BOTH] = Latency.of(both)
     return stats
 
 
@@ -390,9 +372,9 @@ class SizeResult:
 
     nodes: int
     feasible: int
-    http: dict[str, dict[str, Stat]]
-    app: dict[str, dict[str, Stat]]
-    core: dict[str, Stat]
+    http: dict[str, dict[str, Latency]]
+    app: dict[str, dict[str, Latency]]
+    core: dict[str, Latency]
 
     @property
     def pods(self) -> int:
@@ -431,7 +413,7 @@ def run(
     warmup: int = 100,
     time_limit: float = 25.0,
     out: Callable[[str], None] = print,
-) -> tuple[list[SizeResult], Stat]:
+) -> tuple[list[SizeResult], Latency]:
     """Measure every size and print the tables; returns the results and the HTTP floor."""
     results: list[SizeResult] = []
     started = time.monotonic()
@@ -467,7 +449,7 @@ def _ratio_note(verb: str, r50: float, r99: float) -> str:
 
 def comparison_table(
     results: Sequence[SizeResult],
-    pick: Callable[[SizeResult], dict[str, dict[str, Stat]]],
+    pick: Callable[[SizeResult], dict[str, dict[str, Latency]]],
     with_targets: bool,
 ) -> list[str]:
     """Muster vs null per size and verb: p50/p99 and their ratios (and target notes)."""
@@ -520,7 +502,7 @@ def environment() -> str:
     )
 
 
-def report(results: Sequence[SizeResult], floor: Stat, warmup: int) -> list[str]:
+def report(results: Sequence[SizeResult], floor: Latency, warmup: int) -> list[str]:
     """All result lines."""
     counts = ", ".join(f"{r.nodes} nodes: {r.pods} pods, {r.feasible} feasible" for r in results)
     return [

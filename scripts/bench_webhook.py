@@ -41,7 +41,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-import numpy as np  # noqa: E402
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
 from app.api.webhook import AdmissionReview  # noqa: E402
@@ -64,7 +62,7 @@ from app.core.admission import (  # noqa: E402
 )
 from app.core.model import Pod, Resources  # noqa: E402
 from app.core.workloads import WorkloadKind  # noqa: E402
-from scripts.benchproc import child_server  # noqa: E402
+from scripts.benchproc import Latency, child_server  # noqa: E402
 from tests.reviews import (  # noqa: E402
     job_obj,
     job_pod,
@@ -209,21 +207,6 @@ def server_process(kind: str, pods: int) -> Iterator[str]:
 # -- measuring ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """p50 and p99 in milliseconds."""
-
-    p50: float
-    p99: float
-    count: int
-
-    @classmethod
-    def of(cls, samples_ns: Sequence[int]) -> Stat:
-        """Percentiles of nanosecond samples."""
-        p50, p99 = np.percentile(np.asarray(samples_ns, dtype=np.float64), [50, 99]) / 1e6
-        return cls(float(p50), float(p99), len(samples_ns))
-
-
 def timed_post(client: httpx.Client, path: str, body: bytes) -> int:
     """POST; return the elapsed nanoseconds. Raises unless the answer is an allowed review
     (the validate payload is consistent, so it is allowed too)."""
@@ -267,7 +250,7 @@ def measure_http(
     return results
 
 
-def measure_in_process(pods: int, requests: int) -> dict[str, Stat]:
+def measure_in_process(pods: int, requests: int) -> dict[str, Latency]:
     """The pure decisions alone, with readers that answer from memory at once."""
     # The cache's gang index, as the server uses it (members found without scanning every pod).
     by_gang: dict[tuple[str, str], list[Pod]] = {}
@@ -299,7 +282,7 @@ def measure_in_process(pods: int, requests: int) -> dict[str, Stat]:
             start = time.perf_counter_ns()
             decide()
             samples.append(time.perf_counter_ns() - start)
-        out[name] = Stat.of(samples)
+        out[name] = Latency.of(samples)
     return out
 
 
@@ -309,18 +292,18 @@ def run(
     pods: int = 5000,
     time_limit: float = 60.0,
     out: Callable[[str], None] = print,
-) -> dict[str, dict[str, Stat]]:
-    """Measure everything and print the table; returns server -> payload -> Stat."""
+) -> dict[str, dict[str, Latency]]:
+    """Measure everything and print the table; returns server -> payload -> Latency."""
     with ExitStack() as stack:
         urls = {
             kind: stack.enter_context(server_process(kind, pods)) for kind in ("muster", "null")
         }
         raw = measure_http(urls, requests, warmup, time_limit)
     core = measure_in_process(pods, min(requests, 2000))
-    stats = {server: {n: Stat.of(v) for n, v in by.items()} for server, by in raw.items()}
+    stats = {server: {n: Latency.of(v) for n, v in by.items()} for server, by in raw.items()}
     mutate_names = [n for n, (path, _) in payloads().items() if path == "/mutate"]
     for server, by in raw.items():
-        stats[server]["all /mutate"] = Stat.of([x for n in mutate_names for x in by[n]])
+        stats[server]["all /mutate"] = Latency.of([x for n in mutate_names for x in by[n]])
     stats["in-process"] = core
 
     count = stats["muster"]["all /mutate"].count // len(mutate_names)

@@ -1,4 +1,5 @@
-"""Child servers for the benchmarks: start one, learn its port, stop it for sure."""
+"""What the benchmarks share: child servers (start one, learn its port, stop it for sure) and
+latency percentiles."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,3 +51,24 @@ def child_server(script: Path, args: Sequence[str], timeout: float = 60.0) -> It
             proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """One series of latencies, in milliseconds."""
+
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    per_second: float
+
+    @classmethod
+    def of(cls, samples_ns: Sequence[int]) -> Latency:
+        """Percentiles of nanosecond samples; ``per_second`` = calls / time spent in them."""
+        if not samples_ns:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        ns = np.asarray(samples_ns, dtype=np.float64)
+        p50, p90, p99 = (float(x) for x in np.percentile(ns, [50, 90, 99]) / 1e6)
+        return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, len(ns) / (ns.sum() / 1e9))

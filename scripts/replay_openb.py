@@ -85,7 +85,7 @@ from app.core.policies.gpushare import choose  # noqa: E402
 from app.core.quantity import parse_milli  # noqa: E402
 from app.sim.openb import Trace, arrival_order, load_trace  # noqa: E402
 from scripts.bench_extender import create_null_app, make_client, timed_post  # noqa: E402
-from scripts.benchproc import child_server  # noqa: E402
+from scripts.benchproc import Latency, child_server  # noqa: E402
 
 OPENB = ROOT.parent / "shared" / "traces" / "openb"
 DEFAULT_TRACE = OPENB / "openb_pod_list_default.csv"
@@ -286,27 +286,6 @@ def servers(cluster: Path, baseline: bool = True) -> Iterator[dict[str, str]]:
 
 
 # -- latency -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Latency:
-    """One series of client-observed latencies, in milliseconds."""
-
-    count: int
-    p50: float
-    p90: float
-    p99: float
-    max: float
-    per_second: float
-
-    @classmethod
-    def of(cls, samples_ns: Sequence[int]) -> Latency:
-        """Percentiles of nanosecond samples; ``per_second`` = calls / time spent in them."""
-        if not samples_ns:
-            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        ns = np.asarray(samples_ns, dtype=np.float64)
-        p50, p90, p99 = (float(x) for x in np.percentile(ns, [50, 90, 99]) / 1e6)
-        return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, len(ns) / (ns.sum() / 1e9))
 
 
 def _per_verb() -> dict[str, list[int]]:

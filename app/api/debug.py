@@ -67,10 +67,10 @@ def _devices(
 ) -> list[dict[str, Any]]:
     """Per GPU of ``node``: index, free share (1.0 = idle) and the pods holding it."""
     row = view.index[node.name]
-    free = view.gpu_free[row] if row < len(view.gpu_free) else []
+    free = view.gpu_free[row]
     return [
         {"index": d, "free": int(free[d]) / 1000, "pods": holders.get((node.name, d), [])}
-        for d in range(min(device_count(node), len(free)))
+        for d in range(device_count(node))
     ]
 
 

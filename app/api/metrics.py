@@ -96,13 +96,12 @@ def metrics(request: Request) -> Response:
     services.metrics.cache_nodes.set(len(snapshot.view.nodes))
     services.metrics.cache_pods.set(len(snapshot.pods))
     view = snapshot.view
-    free = view.gpu_free if len(view.gpu_free) == len(view.nodes) else None
-    if free is not None:
-        exists = np.arange(free.shape[1]) < (view.allocatable[:, 0] // 1000)[:, None]
-        idle = exists & (free >= 1000)
-        full = exists & (free <= 0)
-        shared = exists & ~idle & ~full
-        for state, mask in (("idle", idle), ("shared", shared), ("full", full)):
-            services.metrics.gpu_devices.labels(state).set(int(mask.sum()))
-        services.metrics.gpu_free_on_shared.set(float(free[shared].sum()) / 1000)
+    free = view.gpu_free
+    exists = np.arange(free.shape[1]) < (view.allocatable[:, 0] // 1000)[:, None]
+    idle = exists & (free >= 1000)
+    full = exists & (free <= 0)
+    shared = exists & ~idle & ~full
+    for state, mask in (("idle", idle), ("shared", shared), ("full", full)):
+        services.metrics.gpu_devices.labels(state).set(int(mask.sum()))
+    services.metrics.gpu_free_on_shared.set(float(free[shared].sum()) / 1000)
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

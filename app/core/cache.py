@@ -45,15 +45,12 @@ class NodeView:
     table: NodeTable
     used: np.ndarray
     #: Free milli-GPU per row and device (``app.core.devices``); absent devices show 0.
-    gpu_free: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.int64))
+    gpu_free: np.ndarray
 
     def gpu_fits(self, shape: tuple[int, int], rows: np.ndarray | None = None) -> np.ndarray:
         """Per row (or per ``rows``): do the devices have room for a pod of ``shape``
         (``Pod.gpu_shape``)? All true for pods without GPUs."""
-        free = self.gpu_free if rows is None else self.gpu_free[rows]
-        if len(free) != (len(self.nodes) if rows is None else len(rows)):
-            return np.ones(len(free), dtype=bool)
-        return fits_mask(free, shape)
+        return fits_mask(self.gpu_free if rows is None else self.gpu_free[rows], shape)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -132,7 +129,7 @@ def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = Non
         seen.add(pod.uid)
         used[row] -= np.asarray(pod.requests, dtype=np.int64)
         held = snapshot.devices.get(pod.uid)
-        if held is not None and held.node == node and row < len(gpu_free):
+        if held is not None and held.node == node:
             if not copied:
                 gpu_free, copied = gpu_free.copy(), True
             gpu_free[row, list(held.devices)] += held.milli

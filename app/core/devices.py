@@ -13,7 +13,8 @@ Which devices a pod holds, in order of authority:
 2. the devices chosen when Muster assumed the bind or reserved the plan;
 3. the devices it held before on the same node (an update of a placed pod);
 4. the default choice: the best-connected fully free devices for whole GPUs
-   (``app.core.gputopology``), the tightest device with room for a share.
+   (``app.core.gputopology``), the tightest device with room for a share
+   (``app.core.gpus.device_choices``).
 
 Muster's own decisions are checked before they are recorded (``fits``) and never over-commit
 a device. What the API reports is recorded as it is, even when it over-commits (a pod bound
@@ -27,10 +28,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from app.core.gpus import MILLI, GpuAsk, device_choices
 from app.core.gputopology import choose_devices, topology_of
 from app.core.model import Node, Pod
-
-MILLI = 1000
 
 
 class Held(NamedTuple):
@@ -51,15 +51,6 @@ def whole_choice(node: Node, free: Sequence[int], count: int) -> tuple[int, ...]
     return choose_devices(free, count, topology_of(node))
 
 
-def share_choice(free: Sequence[int], milli: int) -> tuple[int, ...] | None:
-    """The device with the least room that still takes ``milli`` (lowest index on ties)."""
-    best = -1
-    for d, f in enumerate(free):
-        if f >= milli and (best < 0 or f < free[best]):
-            best = d
-    return None if best < 0 else (best,)
-
-
 def default_choice(
     node: Node, free: Sequence[int], shape: tuple[int, int]
 ) -> tuple[int, ...] | None:
@@ -68,7 +59,8 @@ def default_choice(
     if count == 0:
         return ()
     if milli < MILLI:
-        return share_choice(free, milli)
+        options = device_choices(free, "", GpuAsk.fraction(milli))  # tightest device first
+        return options[0] if options else None
     return whole_choice(node, free, count)
 
 

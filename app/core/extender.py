@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -98,11 +99,9 @@ class Extender:
         """A 0-10 score for every candidate; a gang member's planned node scores 10."""
         pod, names = self._candidates(pod, names, nodes)
         view = self.cache.view()
-        ranking = rank(view, pod, names, self.strategy)
-        if self.gpu is not None and self.gpu.applies(view) and len(ranking.rows):
-            known = ranking.rows >= 0
-            scores = self.gpu.scores(view, pod, np.where(known, ranking.rows, 0))
-            ranking = replace(ranking, scores=np.where(known, scores, 0))
+        gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
+        score = None if gpu is None else partial(gpu.scores, view, pod)
+        ranking = rank(view, pod, names, self.strategy, score)
         spec = gang_spec(pod)
         plan = self.planner.plan(spec.key) if spec else None
         planned = plan.node_of(pod.uid) if plan else None

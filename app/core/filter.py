@@ -87,8 +87,9 @@ def _grouped(rows: np.ndarray, format_row: Callable[[np.ndarray], str]) -> list[
     Rows are grouped by a 64-bit mix of their values (a 1-D sort, much cheaper than sorting
     rows); the grouping is verified, and exact row comparison takes over on a collision.
     """
+    mix = _MIX if rows.shape[1] == len(_MIX) else np.resize(_MIX, rows.shape[1])
     with np.errstate(over="ignore"):
-        keys = (rows.astype(np.uint64) * _MIX).sum(axis=1)
+        keys = (rows.astype(np.uint64) * mix).sum(axis=1)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     distinct = rows[first]
     if not (distinct[inverse] == rows).all():
@@ -165,9 +166,7 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
             result.failed = dict(zip([names[k] for k in j.tolist()], texts, strict=True))
     if devices_short is not None and devices_short.any():
         j = np.flatnonzero(devices_short & (True if checks is None else np.equal(checks, None)))
-        distinct, inverse = np.unique(view.gpu_free[safe[j]], axis=0, return_inverse=True)
-        options = [device_shortfall(shape, row.tolist()) for row in distinct]
-        texts = [options[k] for k in inverse.reshape(-1).tolist()]
+        texts = _grouped(view.gpu_free[safe[j]], lambda row: device_shortfall(shape, row.tolist()))
         result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
     result.unresolvable = unresolvable
     return result

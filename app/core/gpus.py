@@ -338,16 +338,7 @@ class GpuTable:
         """A table of nodes in use: per-device ``free`` milli (rows x devices, absent devices
         0), ``cpu`` and ``memory`` as ``(capacity, free)`` per row (memory in the unit the
         policies use: MiB)."""
-        table = cls(names, devices, models, cpu[0], memory[0])
-        width = table.free.shape[1]
-        clipped = np.clip(free[:, :width], 0, MILLI).astype(np.int32)
-        table.free[:, : clipped.shape[1]] = clipped
-        table.cpu_free = np.asarray(cpu[1], dtype=np.int64).copy()
-        table.mem_free = np.asarray(memory[1], dtype=np.int64).copy()
-        table.free_total = table.free.sum(axis=1, dtype=np.int64)
-        table.free_max = table.free.max(axis=1).astype(np.int64)
-        table.full = (table.free == MILLI).sum(axis=1)
-        return table
+        return cls(names, devices, models, cpu[0], memory[0]).with_usage(free, cpu[1], memory[1])
 
     def with_usage(self, free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray) -> GpuTable:
         """A table of the same nodes with other usage (per-device ``free`` milli, free cpu and

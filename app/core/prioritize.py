@@ -45,15 +45,22 @@ class Ranking:
         return iter(self.pairs())
 
 
-def rank(view: NodeView, pod: Pod, names: Sequence[str], strategy: str = "binpack") -> Ranking:
-    """Score every candidate 0-10 with ``strategy``; unknown nodes score 0."""
-    scorer = STRATEGIES[strategy]
+def rank(
+    view: NodeView,
+    pod: Pod,
+    names: Sequence[str],
+    strategy: str = "binpack",
+    score: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Ranking:
+    """Score every candidate 0-10 with ``strategy`` (or ``score``, given the candidates'
+    rows); unknown nodes score 0."""
     names = list(names)
     rows = view.table.rows(names)
     if not names or not len(view.nodes):
         return Ranking(names, rows, np.zeros(len(names), dtype=np.int64), view.table)
     known = rows >= 0
-    scores = scorer(view, np.where(known, rows, 0), pod.requests)
+    safe = np.where(known, rows, 0)
+    scores = STRATEGIES[strategy](view, safe, pod.requests) if score is None else score(safe)
     scores = np.where(known, np.clip(scores, 0, MAX_SCORE), 0)
     return Ranking(names, rows, scores, view.table)
 

@@ -54,7 +54,7 @@ def allocate(
     used = view.used.copy()
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)
-    gpu_free = view.gpu_free.copy() if len(view.gpu_free) == len(view.nodes) else None
+    gpu_free = view.gpu_free.copy()
     all_rows = np.arange(len(view.nodes))
     masks: dict[tuple, np.ndarray] = {}
     for pod in sorted(
@@ -68,7 +68,7 @@ def allocate(
         need = np.asarray(pod.requests, dtype=np.int64)
         ok = mask & ((view.allocatable - used) >= need).all(axis=1)
         shape = pod.gpu_shape
-        if shape[0] and gpu_free is not None:
+        if shape[0]:
             ok &= fits_mask(gpu_free, shape)
         if allowed is not None and pod.uid in allowed:
             ok &= allowed[pod.uid]
@@ -79,7 +79,7 @@ def allocate(
         scores = scorer(working, rows, pod.requests) + _LOCALITY * chosen[rows]
         row = int(rows[int(np.argmax(scores))])
         used[row] += need
-        if shape[0] and gpu_free is not None:
+        if shape[0]:
             node = view.nodes[row]
             devices = default_choice(node, gpu_free[row, : device_count(node)].tolist(), shape)
             assert devices is not None  # fits_mask said so
