@@ -188,6 +188,19 @@ def gpu_pod(
     }
 
 
+def scheduling_failures(core: kubernetes.client.CoreV1Api, ns: str) -> list[str]:
+    """The messages of every ``FailedScheduling`` event in ``ns``."""
+    events = core.list_namespaced_event(ns).items
+    return [e.message or "" for e in events if e.reason == "FailedScheduling"]
+
+
+def wait_for_failure(core: kubernetes.client.CoreV1Api, ns: str, needle: str, what: str) -> str:
+    """The first ``FailedScheduling`` message in ``ns`` containing ``needle`` (waits 60 s)."""
+    return wait_for(
+        lambda: next((m for m in scheduling_failures(core, ns) if needle in m), None), 60, what
+    )
+
+
 def make_namespace(core: kubernetes.client.CoreV1Api, name: str) -> str:
     core.create_namespace({"metadata": {"name": name}})
     return name

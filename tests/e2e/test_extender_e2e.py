@@ -18,6 +18,7 @@ from harness import (
     gpu_pod,
     make_namespace,
     node_names,
+    wait_for_failure,
     wait_nodes,
 )
 
@@ -52,13 +53,7 @@ def test_pod_too_big_for_any_node_waits_with_musters_reason(cluster: Any) -> Non
     cp, core, muster = cluster
     ns = make_namespace(core, "toobig")
     core.create_namespaced_pod(ns, gpu_pod("huge", 16, ns))
-
-    def reason() -> str | None:
-        events = core.list_namespaced_event(ns).items
-        texts = [e.message for e in events if e.reason == "FailedScheduling" and e.message]
-        return next((t for t in texts if "nvidia.com/gpu" in t), None)
-
-    message = wait_for(reason, 60, "a FailedScheduling event naming GPUs")
+    message = wait_for_failure(core, ns, "nvidia.com/gpu", "a FailedScheduling event naming GPUs")
     assert "needs 16 nvidia.com/gpu, node has 8" in message
     assert core.read_namespaced_pod("huge", ns).spec.node_name is None
 

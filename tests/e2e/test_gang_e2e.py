@@ -20,6 +20,7 @@ from harness import (
     delete_now,
     gpu_pod,
     make_namespace,
+    scheduling_failures,
     wait_nodes,
 )
 
@@ -55,14 +56,8 @@ def test_seed_case_two_interleaved_gangs_do_not_deadlock(cluster: Any) -> None:
         while time.monotonic() < deadline:
             assert bound_of(seen, loser, 4) == 0
             time.sleep(0.2)
-        events = [
-            e.message
-            for e in core.list_namespaced_event(ns).items
-            if e.reason == "FailedScheduling"
-        ]
-        assert any(f"gang seed/{loser}: 0 of 4 members placeable" in (m or "") for m in events), (
-            events
-        )
+        events = scheduling_failures(core, ns)
+        assert any(f"gang seed/{loser}: 0 of 4 members placeable" in m for m in events), events
 
         started = time.monotonic()
         for i in range(4):
@@ -90,8 +85,7 @@ def test_members_rejected_early_are_retried_once_the_gang_is_planned(cluster: An
             core.create_namespaced_pod(ns, member("job", i, 4, ns, "late"))
 
         def rejected() -> bool:
-            events = core.list_namespaced_event(ns).items
-            msgs = [e.message or "" for e in events if e.reason == "FailedScheduling"]
+            msgs = scheduling_failures(core, ns)
             return sum("waiting for members: 2 of 4 exist" in m for m in msgs) >= 1
 
         wait_for(rejected, 30, "the first members to be rejected while the gang is incomplete")

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from controlplane import create_gpu_node, wait_for
-from harness import make_namespace, node_names, wait_nodes
+from harness import make_namespace, node_names, wait_for_failure, wait_nodes
 
 from app.main import create_app
 from app.settings import Settings
@@ -79,13 +79,9 @@ def test_gpu_shares_never_exceed_a_device_and_survive_a_restart(cluster: Any) ->
         load[(p.spec.node_name, int(ids))] += 6
     assert set(load.values()) == {6}, load  # every device 0.6 full, none over 1.0
     assert len(load) == 4
-
-    def reason() -> str | None:
-        events = core.list_namespaced_event(ns).items
-        texts = [e.message for e in events if e.reason == "FailedScheduling" and e.message]
-        return next((t for t in texts if "of one nvidia.com/gpu" in t), None)
-
-    message = wait_for(reason, 60, "a FailedScheduling event about shares")
+    message = wait_for_failure(
+        core, ns, "of one nvidia.com/gpu", "a FailedScheduling event about shares"
+    )
     assert "needs 0.6 of one nvidia.com/gpu, at most 0.4 free on one GPU" in message
     pending = [p for p in core.list_namespaced_pod(ns).items if not p.spec.node_name]
     assert len(pending) == 2

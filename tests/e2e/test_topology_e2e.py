@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from controlplane import create_gpu_node, wait_for
-from harness import BindingWatch, delete_now, gpu_pod, make_namespace, wait_nodes
+from harness import BindingWatch, delete_now, gpu_pod, make_namespace, wait_for_failure, wait_nodes
 
 SPINE = "network.topology.nvidia.com/spine"
 BLOCK = "network.topology.nvidia.com/block"
@@ -46,13 +46,9 @@ def test_gangs_stay_inside_one_block_or_wait_for_one(cluster: Any) -> None:
         required = {"muster.io/topology-required": "block"}
         for i in range(2):
             core.create_namespaced_pod(ns, member("strict", i, ns, required))
-
-        def reason() -> str | None:
-            events = core.list_namespaced_event(ns).items
-            texts = [e.message or "" for e in events if e.reason == "FailedScheduling"]
-            return next((t for t in texts if "gang topo/strict: no single" in t), None)
-
-        message = wait_for(reason, 60, "the strict gang's reason")
+        message = wait_for_failure(
+            core, ns, "gang topo/strict: no single", "the strict gang's reason"
+        )
         assert "no single block has room" in message, message
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
