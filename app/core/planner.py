@@ -62,6 +62,26 @@ class Plan:
         """The planned node of member ``uid``."""
         return self.members.get(uid)
 
+    @classmethod
+    def of(
+        cls,
+        gang: Gang,
+        placed: dict[str, str],
+        now: float,
+        expires: float,
+        victims: frozenset[str] = frozenset(),
+    ) -> Plan:
+        """A new plan for ``gang``'s core placed as ``placed``."""
+        return cls(
+            gang=gang.key,
+            members=dict(placed),
+            core=frozenset(placed),
+            min_member=gang.min_member,
+            created=now,
+            expires=expires,
+            victims=victims,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -486,14 +506,7 @@ class Planner:
             return False
         usage.add(queue, demand)
         ttl = gang.timeout or self._plan_ttl
-        self._plans[gang.key] = Plan(
-            gang=gang.key,
-            members=dict(allocation.placed),
-            core=frozenset(allocation.placed),
-            min_member=gang.min_member,
-            created=now,
-            expires=now + ttl,
-        )
+        self._plans[gang.key] = Plan.of(gang, allocation.placed, now, now + ttl)
         self._reasons.pop(gang.key, None)
         return True
 
@@ -540,15 +553,8 @@ class Planner:
         uids = frozenset(p.uid for u in victims for p in u.pods)
         self._cache.reserve(allocation.placed, force=True)
         usage.add(queue, demand_of(core))
-        self._plans[gang.key] = Plan(
-            gang=gang.key,
-            members=dict(allocation.placed),
-            core=frozenset(allocation.placed),
-            min_member=gang.min_member,
-            created=now,
-            expires=now + (gang.timeout or self._plan_ttl) + self._plan_ttl,
-            victims=uids,
-        )
+        expires = now + (gang.timeout or self._plan_ttl) + self._plan_ttl
+        self._plans[gang.key] = Plan.of(gang, allocation.placed, now, expires, uids)
         names = ", ".join(sorted({u.key for u in victims}))
         self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
         self._evictions.append(Eviction(gang.key, tuple(victims), why))

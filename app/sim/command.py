@@ -16,6 +16,7 @@ from app.core.queues import OPEN, QueueConfig
 from app.sim.engine import SimConfig, Simulation
 from app.sim.kubescheduler import SchedulerConfig
 from app.sim.metrics import Result
+from app.sim.openb import policy_list
 from app.sim.policies import POLICIES, PolicyConfig
 from app.sim.report import plot, queue_table, table, to_json
 from app.sim.scenarios import SCENARIOS, scale_queues
@@ -51,16 +52,6 @@ def _floats(text: str) -> list[float]:
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
     return values
-
-
-def _policies(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
-        )
-    return names
 
 
 def _arrival(text: str) -> Arrival:
@@ -165,7 +156,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("scheduling")
     s.add_argument(
         "--policies",
-        type=_policies,
+        type=policy_list(POLICIES),
         default=["muster", "default"],
         help=f"comma-separated, from {', '.join(POLICIES)} (default: muster,default; "
         "muster-gated is an experiment: members gated until planned)",

@@ -323,14 +323,19 @@ def plot(
     plt.close(fig)
 
 
-def _policy_list(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
-        )
-    return names
+def policy_list(known: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for comma-separated policy names out of ``known``."""
+
+    def parse(text: str) -> list[str]:
+        names = [p.strip() for p in text.split(",") if p.strip()]
+        unknown = [p for p in names if p not in known]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(known)}"
+            )
+        return names
+
+    return parse
 
 
 def _default_file(name: str) -> str | None:
@@ -360,7 +365,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policies",
-        type=_policy_list,
+        type=policy_list(POLICIES),
         default=list(POLICIES),
         metavar="P[,P..]",
         help=f"comma-separated, from {', '.join(POLICIES)} (default: all)",
