@@ -12,9 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from app.core.cache import NodeView, Snapshot, without
+from app.core.cache import NodeView, Snapshot
+from app.core.devices import fits_mask
 from app.core.model import Pod
 from app.core.podgroup import gang_spec
 from app.core.victims import min_runtime_of
@@ -77,9 +76,12 @@ def _devices_fit(snapshot: Snapshot, pod: Pod, node: str, uids: Sequence[str]) -
     shape = pod.gpu_shape
     if not shape[0] or any(uid not in snapshot.pods for uid in uids):
         return True  # victims the cache does not know yet: only their totals can be judged
-    victims = [snapshot.pods[uid] for uid in uids]
-    row = snapshot.view.index[node]
-    return bool(without(snapshot, victims).gpu_fits(shape, np.array([row]))[0])
+    free = snapshot.view.gpu_free[snapshot.view.index[node]].copy()
+    for uid in set(uids):
+        held = snapshot.devices.get(uid)
+        if held is not None and held.node == node:
+            free[list(held.devices)] += held.milli
+    return bool(fits_mask(free[None, :], shape)[0])
 
 
 def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str]) -> bool:
