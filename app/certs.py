@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.core.errors import MusterError
+from app.core.model.errors import MusterError
 
 log = logging.getLogger("muster.certs")
 

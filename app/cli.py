@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app import __version__
-from app.core.errors import MusterError
-from app.core.prioritize import STRATEGIES
-from app.core.topology import DEFAULT_KEYS
+from app.core.model.errors import MusterError
+from app.core.state.domains import DEFAULT_KEYS
+from app.core.verbs.prioritize import STRATEGIES
 from app.settings import Settings
 
 log = logging.getLogger("muster")
@@ -128,8 +128,8 @@ def probe_node(args: argparse.Namespace) -> int:
     """Print the GPU topology annotation from ``nvidia-smi topo -m``; patch it onto the Node."""
     import socket
 
-    from app.core.gputopology import from_nvidia_smi, to_annotation
-    from app.core.labels import GPU_TOPOLOGY
+    from app.core.gpu.links import from_nvidia_smi, to_annotation
+    from app.core.model.labels import GPU_TOPOLOGY
 
     try:
         source, text = _topology_text(args.from_file)

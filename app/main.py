@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import debug, errors, extender, health, metrics, webhook
-from app.core.gateway import Gateway
+from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
 

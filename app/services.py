@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.api.metrics import Metrics
-from app.core.admission import NamespaceReader, OwnerReader
-from app.core.cache import ClusterCache
-from app.core.clusterfile import load_cluster_file
-from app.core.extender import Extender
-from app.core.gateway import Gateway, InMemoryGateway
-from app.core.loop import PlannerLoop
-from app.core.planner import Planner
-from app.core.queuefile import QueueFile
+from app.core.admission.pods import NamespaceReader, OwnerReader
+from app.core.cycle.loop import PlannerLoop
+from app.core.cycle.planner import Planner
+from app.core.model.clusterfile import load_cluster_file
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import Gateway, InMemoryGateway
+from app.core.state.queuefile import QueueFile
+from app.core.verbs.extender import Extender
 from app.settings import DEMO_CLUSTER, Settings
 
 log = logging.getLogger("muster")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.topology import DEFAULT_KEYS
+from app.core.state.domains import DEFAULT_KEYS
 
 DEMO_CLUSTER = Path(__file__).parent / "data" / "demo-cluster.yaml"
 
@@ -53,7 +53,7 @@ class Settings:
     tls_key: Path | None = None
     #: Port of the HTTPS listener, opened only when ``tls_cert``/``tls_key`` are set.
     webhook_port: int = 8443
-    #: Node label keys of the network topology levels, broadest first (``app.core.topology``).
+    #: Node label keys of the network topology levels, broadest first (``app.core.state.domains``).
     topology_keys: tuple[str, ...] = DEFAULT_KEYS
 
     def describe(self) -> str:

@@ -22,7 +22,7 @@ import os
 import ssl
 from pathlib import Path
 
-from app.core.errors import MusterError
+from app.core.model.errors import MusterError
 
 log = logging.getLogger("muster.tls")
 

@@ -53,8 +53,8 @@ from typing import Any
 
 from locust import FastHttpUser, constant, task
 
-from app.core.clusterfile import load_cluster_file
-from app.core.errors import MusterError
+from app.core.model.clusterfile import load_cluster_file
+from app.core.model.errors import MusterError
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 #: A pod exactly as kube-scheduler 1.32 sent it (from the recorded fixtures).

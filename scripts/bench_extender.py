@@ -75,8 +75,8 @@ from fastapi import FastAPI, Request, Response  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 from app.api import wire  # noqa: E402
-from app.core.filter import FilterResult  # noqa: E402
-from app.core.objects import pod_from_dict  # noqa: E402
+from app.core.model.parse import pod_from_dict  # noqa: E402
+from app.core.verbs.filter import FilterResult  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
 
@@ -127,7 +127,7 @@ def args_template(node_names: Sequence[str]) -> BodyTemplate:
 
 def cluster_node_names(path: Path) -> list[str]:
     """Node names of a cluster file, in file order."""
-    from app.core.clusterfile import load_cluster_file
+    from app.core.model.clusterfile import load_cluster_file
 
     return [node.name for node in load_cluster_file(path)]
 

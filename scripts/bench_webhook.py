@@ -17,7 +17,7 @@ What is measured, per request (client's view: send, server work, receive):
 * **null**: a FastAPI app whose handlers parse the body with the same pydantic model
   (``AdmissionReview``) and answer ``allowed`` with the uid, serialised the same way. Same
   payloads, same client. The difference is Muster's decision and patch.
-* **in-process**: ``app.core.admission.mutate`` / ``validate`` alone, on the same pods.
+* **in-process**: ``app.core.admission.pods.mutate`` / ``validate`` alone, on the same pods.
 
 Both servers run in subprocesses (uvicorn, access log off) on 127.0.0.1 with TCP_NODELAY; one
 keep-alive client each; requests strictly sequential, alternating between the servers. Payloads
@@ -52,7 +52,7 @@ import httpx  # noqa: E402
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
 from app.api.webhook import AdmissionReview  # noqa: E402
-from app.core.admission import (  # noqa: E402
+from app.core.admission.pods import (  # noqa: E402
     AdmissionConfig,
     Fetched,
     NamespaceMeta,
@@ -60,8 +60,8 @@ from app.core.admission import (  # noqa: E402
     mutate,
     validate,
 )
-from app.core.model import Pod, Resources  # noqa: E402
-from app.core.workloads import WorkloadKind  # noqa: E402
+from app.core.admission.workloads import WorkloadKind  # noqa: E402
+from app.core.model.values import Pod, Resources  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 from tests.reviews import (  # noqa: E402
     job_obj,

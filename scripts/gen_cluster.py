@@ -1,4 +1,4 @@
-"""Generate a synthetic GPU cluster file in Muster's YAML schema (see app/core/clusterfile.py).
+"""Generate a synthetic GPU cluster file in Muster's YAML schema (app/core/model/clusterfile.py).
 
 Usage::
 
@@ -154,7 +154,7 @@ def cluster_yaml(nodes: int, seed: int = 0) -> str:
     header = (
         f"# Synthetic Muster cluster: {nodes} nodes, seed {seed}.\n"
         f"# Made by: python scripts/gen_cluster.py --nodes {nodes} --seed {seed}\n"
-        "# Schema: app/core/clusterfile.py\n"
+        "# Schema: app/core/model/clusterfile.py\n"
     )
     body = yaml.safe_dump(build_cluster(nodes, seed), sort_keys=False, default_flow_style=None)
     return header + body

@@ -76,13 +76,13 @@ import numpy as np  # noqa: E402
 from fastapi import Request, Response  # noqa: E402
 
 from app.api import wire  # noqa: E402
-from app.core.clusterfile import load_cluster_file  # noqa: E402
-from app.core.gpus import MILLI, GpuTable  # noqa: E402
-from app.core.labels import GPU_FRACTION, GPU_SHARE_RESOURCE  # noqa: E402
-from app.core.model import GPU, GPU_PRODUCT_LABEL, Node  # noqa: E402
+from app.core.gpu.ask import MILLI, GpuTable  # noqa: E402
+from app.core.model.clusterfile import load_cluster_file  # noqa: E402
+from app.core.model.labels import GPU_FRACTION, GPU_SHARE_RESOURCE  # noqa: E402
+from app.core.model.quantity import parse_milli  # noqa: E402
+from app.core.model.values import GPU, GPU_PRODUCT_LABEL, Node  # noqa: E402
 from app.core.policies.fgd import default_policy  # noqa: E402
 from app.core.policies.gpushare import choose  # noqa: E402
-from app.core.quantity import parse_milli  # noqa: E402
 from app.sim.openb import Trace, arrival_order, load_trace  # noqa: E402
 from scripts.bench_extender import create_null_app, make_client, timed_post  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402

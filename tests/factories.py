@@ -6,8 +6,8 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.core.model import Node, Pod
-from app.core.objects import node_from_dict, pod_from_dict
+from app.core.model.parse import node_from_dict, pod_from_dict
+from app.core.model.values import Node, Pod
 
 _uids = itertools.count(1)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

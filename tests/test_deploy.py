@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core.queues import parse_queue_config
-from app.core.workloads import KINDS
+from app.core.admission.workloads import KINDS
+from app.core.model.queues import parse_queue_config
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

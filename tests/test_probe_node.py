@@ -16,9 +16,9 @@ from urllib3.exceptions import MaxRetryError
 import app.k8s.config
 import app.k8s.nodes
 from app.cli import main
-from app.core.errors import MusterError
-from app.core.gputopology import GpuTopology, parse_topology
-from app.core.labels import GPU_TOPOLOGY
+from app.core.gpu.links import GpuTopology, parse_topology
+from app.core.model.errors import MusterError
+from app.core.model.labels import GPU_TOPOLOGY
 from app.k8s.nodes import patch_node_annotation
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "nvidia-smi"

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from app import certs
 from app.cli import main
-from app.core.errors import MusterError
+from app.core.model.errors import MusterError
 from app.main import create_app
 from app.services import build_services
 from app.settings import Settings

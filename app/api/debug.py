@@ -6,14 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.core.cache import NodeView
-from app.core.devices import device_count
-from app.core.gputopology import topology_of
-from app.core.model import RESOURCE_NAMES, Node, Resources
+from app.core.gpu.ledger import device_count
+from app.core.gpu.links import topology_of
+from app.core.model.quantity import format_milli
+from app.core.model.queues import UNLIMITED
+from app.core.model.values import RESOURCE_NAMES, Node, Resources
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
-from app.core.quantity import format_milli
-from app.core.queues import UNLIMITED
+from app.core.state.cache import NodeView
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from app.core.errors import InvalidInput
+from app.core.model.errors import InvalidInput
 
 log = logging.getLogger("muster.api")
 M = TypeVar("M", bound=BaseModel)
@@ -50,7 +50,7 @@ def parse_body(model: type[M], body: bytes) -> M:
 
 
 def invalid(exc: InvalidInput) -> BadRequest:
-    """``BadRequest`` for a model-translation error from ``app.core.objects``."""
+    """``BadRequest`` for a model-translation error from ``app.core.model.parse``."""
     return BadRequest(422, str(exc), exc.field)
 
 

@@ -1,4 +1,4 @@
-"""The four extender verbs over HTTP: translate wire JSON, delegate to ``app.core.extender``."""
+"""The four extender verbs over HTTP: translate wire JSON, delegate to ``core.verbs.extender``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pydantic_core import to_json
 
 from app.api import wire
 from app.api.errors import BadRequest, invalid, parse_body
-from app.core.errors import InvalidInput
-from app.core.model import Node, Pod
-from app.core.objects import node_from_dict, pod_from_dict
-from app.core.preempt import Victims
-from app.core.prioritize import Ranking
+from app.core.model.errors import InvalidInput
+from app.core.model.parse import node_from_dict, pod_from_dict
+from app.core.model.values import Node, Pod
+from app.core.verbs.preempt import Victims
+from app.core.verbs.prioritize import Ranking
 from app.services import Services
 
 router = APIRouter(tags=["extender"])

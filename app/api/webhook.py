@@ -1,10 +1,10 @@
 """The admission webhooks over HTTP: ``AdmissionReview`` (``admission.k8s.io/v1``) in and out.
 
 * ``POST /mutate`` answers every review with ``allowed: true``; for a pod Muster manages it adds
-  a base64 ``JSONPatch`` (``app.core.admission.mutate``) and warnings saying what it could not
+  a base64 ``JSONPatch`` (``app.core.admission.pods.mutate``) and warnings saying what it could not
   classify. It never refuses a pod for reasons of its own.
 * ``POST /validate`` refuses a pod whose gang metadata contradicts itself or its gang's live
-  members in the cluster cache (``app.core.admission.validate``).
+  members in the cluster cache (``app.core.admission.pods.validate``).
 
 Both echo the request ``uid``. Reviews of anything but a pod CREATE are allowed untouched. A
 body that is not an AdmissionReview gets 400 with a message naming the problem (with
@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.errors import BadRequest, parse_body
-from app.core.admission import (
+from app.core.admission.pods import (
     Admission,
     AdmissionConfig,
     Fetched,
@@ -36,9 +36,9 @@ from app.core.admission import (
     mutate,
     validate,
 )
-from app.core.errors import InvalidInput
-from app.core.model import Pod
-from app.core.workloads import WorkloadKind
+from app.core.admission.workloads import WorkloadKind
+from app.core.model.errors import InvalidInput
+from app.core.model.values import Pod
 from app.services import Services
 
 log = logging.getLogger("muster.webhook")

@@ -4,7 +4,7 @@ Keys are Go field names with no JSON tags (``Pod``, ``NodeNames``, ``FailedNodes
 kube-scheduler decodes case-insensitively; Muster accepts the Go names and their lower-case
 and lowerCamel spellings (validated in pydantic's Rust core, no Python pass over the body) and
 always answers with the exact Go names. Embedded Pod and Node objects stay raw JSON dicts
-here and are translated by ``app.core.objects``.
+here and are translated by ``app.core.model.parse``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config import ConfigException, load_incluster_config, load_kube_config
 from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
 
-from app.core.errors import MusterError
+from app.core.model.errors import MusterError
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 

@@ -22,7 +22,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from app.core.errors import GatewayError
+from app.core.model.errors import GatewayError
 
 log = logging.getLogger("muster.k8s.gateway")
 
@@ -92,7 +92,7 @@ def _micro_now() -> datetime:
 
 
 class KubeGateway:
-    """The ``app.core.gateway.Gateway`` protocol against the Kubernetes API.
+    """The ``app.core.state.gateway.Gateway`` protocol against the Kubernetes API.
 
     ``instance`` is the Event ``reportingInstance`` (default: this host's name); ``timeout``
     is the (connect, read) timeout in seconds of every call.

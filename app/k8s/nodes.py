@@ -6,7 +6,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from app.core.errors import MusterError
+from app.core.model.errors import MusterError
 from app.k8s.gateway import status_message
 
 _TIMEOUT = (5.0, 10.0)

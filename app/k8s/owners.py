@@ -12,7 +12,7 @@ GET with a short timeout, and answers are cached:
 
 Failures never raise: they come back as ``Fetched(None, problem)`` (``NamespaceMeta.problem``)
 with a sentence for the pod's admission warning. Objects are kept as API JSON (camelCase dicts),
-the form ``app.core.workloads`` reads.
+the form ``app.core.admission.workloads`` reads.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from app.core.admission import Fetched, NamespaceMeta
-from app.core.workloads import JOB, WorkloadKind
+from app.core.admission.pods import Fetched, NamespaceMeta
+from app.core.admission.workloads import JOB, WorkloadKind
 
 log = logging.getLogger("muster.k8s.owners")
 
@@ -201,7 +201,7 @@ def _reader(
 
 
 class OwnerLister:
-    """Reads workload objects for the webhook (an ``app.core.admission.OwnerFetch``)."""
+    """Reads workload objects for the webhook (an ``app.core.admission.pods.OwnerFetch``)."""
 
     def __init__(
         self,

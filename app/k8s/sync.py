@@ -8,7 +8,7 @@ promptly even on a quiet cluster; ``stop()`` also shuts the open watch socket do
 and retried with capped exponential backoff; the threads never die of an API error.
 
 Objects are parsed from the raw JSON (``_preload_content=False``) and handed straight to
-``app.core.objects``: the client's model deserialisation costs far more than the conversion.
+``app.core.model.parse``: the client's model deserialisation costs far more than the conversion.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from app.core.cache import ClusterCache
-from app.core.errors import InvalidInput
-from app.core.objects import node_from_dict, pod_from_dict
+from app.core.model.errors import InvalidInput
+from app.core.model.parse import node_from_dict, pod_from_dict
+from app.core.state.cache import ClusterCache
 
 log = logging.getLogger("muster.k8s.sync")
 

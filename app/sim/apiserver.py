@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Protocol
 
-from app.core.cache import ClusterCache
-from app.core.errors import GatewayError
-from app.core.gateway import InMemoryGateway
-from app.core.model import Pod
+from app.core.model.errors import GatewayError
+from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
 
 
 class Watcher(Protocol):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.core.model import Resources
+from app.core.model.values import Resources
 from app.sim.workload import Job
 
 

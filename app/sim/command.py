@@ -10,9 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.core.errors import InvalidInput
-from app.core.queuefile import QueueFile
-from app.core.queues import OPEN, QueueConfig
+from app.core.model.errors import InvalidInput
+from app.core.model.queues import OPEN, QueueConfig
+from app.core.state.queuefile import QueueFile
 from app.sim.engine import SimConfig, Simulation
 from app.sim.kubescheduler import SchedulerConfig
 from app.sim.metrics import Result

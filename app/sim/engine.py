@@ -29,12 +29,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core.cache import ClusterCache
-from app.core.model import Pod
+from app.core.model.queues import OPEN
+from app.core.model.runtime import EXPECTED_RUNTIME
+from app.core.model.values import Pod
 from app.core.policies.drf import deserved
-from app.core.queueing import QueueUsage
-from app.core.queues import OPEN
-from app.core.runtime import EXPECTED_RUNTIME
+from app.core.state.cache import ClusterCache
+from app.core.state.queueusage import QueueUsage
 from app.sim import bounds
 from app.sim.apiserver import SimApi
 from app.sim.clock import Event, SimClock

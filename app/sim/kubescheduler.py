@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.core.model import Pod
+from app.core.model.values import Pod
 from app.sim.clock import SimClock
 
 

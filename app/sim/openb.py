@@ -39,9 +39,9 @@ from typing import TextIO
 
 import numpy as np
 
-from app.core.clusterfile import load_cluster_file
-from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk
-from app.core.model import Node
+from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.model.clusterfile import load_cluster_file
+from app.core.model.values import Node
 from app.core.policies.fgd import FgdPolicy, MusterPolicy, WorkloadMix, default_policy
 from app.core.policies.gpushare import (
     BestFitPolicy,
@@ -195,7 +195,7 @@ def simulate(
 
     Each arrival is a new pod (a draw with replacement is another pod with the same ask). A
     policy that learns (has ``observe``, as the live ``muster-default``) is shown each pod
-    once, BEFORE ranking it: the extender's protocol (``app.core.gpuplacement``).
+    once, BEFORE ranking it: the extender's protocol (``app.core.policies.gpuplacement``).
     """
     started = time.perf_counter()
     order_rng = np.random.default_rng([seed, 1])

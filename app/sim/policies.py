@@ -28,19 +28,19 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.core.binding import Binder
-from app.core.cache import ClusterCache
-from app.core.errors import BindRejected, GatewayError
-from app.core.extender import Extender
-from app.core.filter import FilterResult, filter_nodes
-from app.core.gangbind import BindRequest, GangBinder
-from app.core.loop import PlannerLoop
-from app.core.model import Pod
-from app.core.planner import Planner
-from app.core.podgroup import gang_spec
-from app.core.prioritize import prioritize
-from app.core.queuefile import QueueFile
-from app.core.queues import OPEN, QueueConfig
+from app.core.cycle.loop import PlannerLoop
+from app.core.cycle.planner import Planner
+from app.core.model.errors import BindRejected, GatewayError
+from app.core.model.gang import gang_spec
+from app.core.model.queues import OPEN, QueueConfig
+from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.queuefile import QueueFile
+from app.core.verbs.bind import Binder
+from app.core.verbs.extender import Extender
+from app.core.verbs.filter import FilterResult, filter_nodes
+from app.core.verbs.gangbind import BindRequest, GangBinder
+from app.core.verbs.prioritize import prioritize
 from app.sim.apiserver import SimApi
 from app.sim.clock import SimClock
 from app.sim.kubescheduler import Decision

@@ -2,7 +2,7 @@
 
 Each preset is a cluster, a mix of job classes (queue, priority, gang size, resources,
 runtime, arrival) and, for ``queues``, a queue tree in the YAML schema of ``--queues FILE``
-(``app/core/queues.py``). ``--scale`` multiplies the nodes, the jobs and the preset's queue
+(``app/core/model/queues.py``). ``--scale`` multiplies the nodes, the jobs and the preset's queue
 amounts (guarantees and limits), so shares stay the same at any scale.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.core.model import Resources
-from app.core.queues import UNLIMITED, QueueConfig, parse_queue_config
+from app.core.model.queues import UNLIMITED, QueueConfig, parse_queue_config
+from app.core.model.values import Resources
 from app.sim.workload import Arrival, ClusterSpec, JobClass, MixSpec, WorkloadSpec
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core import labels
-from app.core.model import GPU_PRODUCT_LABEL, Node, Pod, Resources
-from app.core.runtime import EXPECTED_RUNTIME
+from app.core.model import labels
+from app.core.model.runtime import EXPECTED_RUNTIME
+from app.core.model.values import GPU_PRODUCT_LABEL, Node, Pod, Resources
 
 GIB = 2**30
 _ARRIVAL, _RUNTIME = 1, 2  # random streams

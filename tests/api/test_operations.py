@@ -7,9 +7,9 @@ import json
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.metrics import Metrics
-from app.core.cache import ClusterCache
-from app.core.extender import Extender
-from app.core.gateway import InMemoryGateway
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
+from app.core.verbs.extender import Extender
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings

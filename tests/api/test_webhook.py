@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.admission import Fetched, NamespaceMeta
-from app.core.model import Pod, Resources
-from app.core.workloads import WorkloadKind
+from app.core.admission.pods import Fetched, NamespaceMeta
+from app.core.admission.workloads import WorkloadKind
+from app.core.model.values import Pod, Resources
 from app.main import create_app
 from app.services import build_services
 from app.settings import Settings

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from app.core.clusterfile import load_cluster_file
+from app.core.model.clusterfile import load_cluster_file
 from tests.scriptload import script_module
 
 

@@ -52,8 +52,8 @@ def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
 
 def test_pod_json_round_trips_the_trace_row(replay_openb: ModuleType) -> None:
     """Every trace row becomes a Pod whose ask is the simulator's (shares, whole GPUs, none)."""
-    from app.core.gpuplacement import pod_ask
-    from app.core.objects import pod_from_dict
+    from app.core.model.parse import pod_from_dict
+    from app.core.policies.gpuplacement import pod_ask
     from app.sim.openb import load_trace
 
     trace = load_trace(TRACE)
@@ -75,7 +75,7 @@ def test_gpu_spec_becomes_required_node_affinity_for_gpu_pods_only(
 ) -> None:
     import numpy as np
 
-    from app.core.objects import pod_from_dict
+    from app.core.model.parse import pod_from_dict
     from app.sim.openb import Trace
 
     def column(*values: int) -> np.ndarray:

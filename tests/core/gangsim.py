@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from app.core.binding import BindOutcome
-from app.core.cache import ClusterCache
-from app.core.extender import Extender
-from app.core.gateway import InMemoryGateway
-from app.core.model import Node, Pod
-from app.core.planner import Planner
+from app.core.cycle.planner import Planner
+from app.core.model.values import Node, Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
+from app.core.verbs.bind import BindOutcome
+from app.core.verbs.extender import Extender
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The admission decisions as scenario tables: real AdmissionReview pods in, labels out.
 
 Every owner kind (Job, JobSet, TrainJob, PyTorchJob, RayCluster, LeaderWorkerSet) and every
-convention of ``app.core.labels`` has a row; so do the pods Muster must leave alone and the
+convention of ``app.core.model.labels`` has a row; so do the pods Muster must leave alone and the
 pods it can only partly classify. Every row is also admitted a second time, patched, and must
 then yield no patch at all (idempotency, which reinvocationPolicy IfNeeded relies on).
 """
@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.core import labels as keys
-from app.core.admission import (
+from app.core.admission.pods import (
     AdmissionConfig,
     Fetched,
     NamespaceMeta,
@@ -25,9 +24,7 @@ from app.core.admission import (
     mutate,
     validate,
 )
-from app.core.errors import InvalidInput
-from app.core.model import Pod, Resources
-from app.core.workloads import (
+from app.core.admission.workloads import (
     JOB,
     JOBSET,
     LEADERWORKERSET,
@@ -38,6 +35,9 @@ from app.core.workloads import (
     gang_of,
     workload_of,
 )
+from app.core.model import labels as keys
+from app.core.model.errors import InvalidInput
+from app.core.model.values import Pod, Resources
 from tests.reviews import (
     apply_patch,
     job_obj,
@@ -816,7 +816,7 @@ SHARE_SPECS = [
 
 @pytest.mark.parametrize(("resources", "expected"), SHARE_SPECS)
 def test_gpu_share_pods_get_the_marker_resource_once(resources: Any, expected: Any) -> None:
-    from app.core.admission import share_resource_ops
+    from app.core.admission.pods import share_resource_ops
     from tests.reviews import apply_patch
 
     container: dict[str, Any] = {"name": "main", "image": "x"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.core.actions.backfill import reserve_for
-from app.core.runtime import parse_duration
+from app.core.model.runtime import parse_duration
 from tests.core.gangsim import Cluster
 from tests.factories import EPOCH, node, pod
 

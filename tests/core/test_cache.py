@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.cache import ClusterCache
-from app.core.errors import BindRejected
+from app.core.model.errors import BindRejected
+from app.core.state.cache import ClusterCache
 from tests.factories import node, pod
 
 

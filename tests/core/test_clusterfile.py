@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.clusterfile import load_cluster_file
-from app.core.errors import ClusterFileError
+from app.core.model.clusterfile import load_cluster_file
+from app.core.model.errors import ClusterFileError
 from app.settings import DEMO_CLUSTER
 
 OPENB = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from app.core.cache import ClusterCache
-from app.core.devices import MILLI, DeviceLedger
-from app.core.extender import Extender
-from app.core.gateway import InMemoryGateway
-from app.core.gputopology import GpuTopology, to_annotation
-from app.core.labels import GPU_IDS, GPU_TOPOLOGY
-from app.core.model import Node, Pod
+from app.core.gpu.ledger import MILLI, DeviceLedger
+from app.core.gpu.links import GpuTopology, to_annotation
+from app.core.model.labels import GPU_IDS, GPU_TOPOLOGY
+from app.core.model.values import Node, Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
+from app.core.verbs.extender import Extender
 from tests.factories import node, pod
 
 PCIE_PAIRS = to_annotation(
@@ -309,7 +309,7 @@ def test_gpu_model_constraints_use_ordinary_node_affinity() -> None:
 
 
 def test_the_policy_sees_the_gpu_models_a_pod_allows() -> None:
-    from app.core.gpuplacement import gpu_models
+    from app.core.policies.gpuplacement import gpu_models
 
     def terms(*values: list[str]) -> list[dict[str, Any]]:
         return [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",

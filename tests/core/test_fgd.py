@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk
 from app.core.policies.fgd import (
     FgdPolicy,
     FragTable,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.core.cache import ClusterCache
-from app.core.filter import filter_nodes
+from app.core.state.cache import ClusterCache
+from app.core.verbs.filter import filter_nodes
 from tests.factories import node, pod
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

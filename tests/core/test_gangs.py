@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from app.core.errors import GatewayError
-from app.core.model import Pod
+from app.core.model.errors import GatewayError
+from app.core.model.values import Pod
 from tests.core.gangsim import Cluster
 from tests.factories import node, pod
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from app.core.clusterfile import parse_openb_csv
-from app.core.gpus import (
+from app.core.gpu.ask import (
     MILLI,
     GpuAsk,
     GpuOvercommit,
@@ -19,6 +18,7 @@ from app.core.gpus import (
     best_connected,
     parse_gpu_spec,
 )
+from app.core.model.clusterfile import parse_openb_csv
 
 WHOLE = GpuAsk.whole
 SHARE = GpuAsk.fraction

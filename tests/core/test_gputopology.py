@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.errors import InvalidInput
-from app.core.gputopology import (
+from app.core.gpu.links import (
     GpuTopology,
     choose_devices,
     default_topology,
@@ -23,8 +22,9 @@ from app.core.gputopology import (
     to_annotation,
     topology_of,
 )
-from app.core.labels import GPU_TOPOLOGY
-from app.core.model import GPU_PRODUCT_LABEL, Node, Resources
+from app.core.model.errors import InvalidInput
+from app.core.model.labels import GPU_TOPOLOGY
+from app.core.model.values import GPU_PRODUCT_LABEL, Node, Resources
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 F = 1000  # a fully free device

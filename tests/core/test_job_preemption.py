@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import GatewayError
-from app.core.loop import PlannerLoop
-from app.core.queuefile import QueueFile
+from app.core.cycle.loop import PlannerLoop
+from app.core.model.errors import GatewayError
+from app.core.state.queuefile import QueueFile
 from tests.core.gangsim import Cluster
 from tests.factories import node, pod
 

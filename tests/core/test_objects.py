@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from app.core.errors import InvalidInput
-from app.core.model import Resources
-from app.core.objects import effective_requests, node_from_dict, pod_from_dict
+from app.core.model.errors import InvalidInput
+from app.core.model.parse import effective_requests, node_from_dict, pod_from_dict
+from app.core.model.values import Resources
 
 
 def c(cpu: str = "0", gpu: str | None = None, limits_only: bool = False, **extra: Any) -> dict:

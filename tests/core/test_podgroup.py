@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.podgroup import collect_gangs, gang_spec
+from app.core.model.gang import collect_gangs, gang_spec
 from tests.factories import pod
 
 CONVENTIONS = [

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from app.core.binding import Binder
-from app.core.cache import ClusterCache
-from app.core.errors import GatewayError
-from app.core.gateway import InMemoryGateway
-from app.core.preempt import Victims, filter_candidates
+from app.core.model.errors import GatewayError
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
+from app.core.verbs.bind import Binder
+from app.core.verbs.preempt import Victims, filter_candidates
 from tests.factories import node, pod
 
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from app.core.actions import preempt, reclaim
-from app.core.cache import ClusterCache
-from app.core.planner import gangs_of
-from app.core.queueing import QueueUsage, queue_name
-from app.core.queues import parse_queue_config
-from app.core.victims import running_units
+from app.core.actions.victims import running_units
+from app.core.cycle.planner import gangs_of
+from app.core.model.queues import parse_queue_config
+from app.core.state.cache import ClusterCache
+from app.core.state.queueusage import QueueUsage, queue_name
 from tests.factories import EPOCH, node, pod
 
 NOW = EPOCH.timestamp() + 10_000
@@ -122,7 +122,7 @@ def test_unnecessary_victims_are_dropped() -> None:
 
 
 def usage_for(cache: ClusterCache) -> QueueUsage:
-    from app.core.queueing import measure
+    from app.core.state.queueusage import measure
 
     view = cache.view()
     return measure(cache.queue_usage(), view.allocatable.sum(axis=0), QUEUES)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.cache import ClusterCache
-from app.core.prioritize import prioritize
+from app.core.state.cache import ClusterCache
+from app.core.verbs.prioritize import prioritize
 from tests.factories import node, pod
 
 

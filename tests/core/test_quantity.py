@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import InvalidInput
-from app.core.quantity import format_milli, parse_milli
+from app.core.model.errors import InvalidInput
+from app.core.model.quantity import format_milli, parse_milli
 
 PARSE = [
     ("1", 1000),

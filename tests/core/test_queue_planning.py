@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.core.queuefile import QueueFile
+from app.core.state.queuefile import QueueFile
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import running

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.errors import InvalidInput
+from app.core.model.errors import InvalidInput
+from app.core.model.queues import parse_queue_config
 from app.core.policies.drf import deserved, dominant_share, order_key
 from app.core.policies.proportion import admit
-from app.core.queuefile import QueueFile
-from app.core.queueing import QueueUsage
-from app.core.queues import parse_queue_config
+from app.core.state.queuefile import QueueFile
+from app.core.state.queueusage import QueueUsage
 
 GI = 2**30 * 1000
 

@@ -15,8 +15,8 @@ import pytest
 
 from app.cli import _serve_settings, build_parser
 from app.core.actions.allocate import allocate
-from app.core.model import Node, Pod
-from app.core.topology import DEFAULT_KEYS, Tree, build
+from app.core.model.values import Node, Pod
+from app.core.state.domains import DEFAULT_KEYS, Tree, build
 from app.services import build_services
 from app.settings import Settings
 from tests.core.gangsim import Cluster
@@ -359,7 +359,7 @@ def test_tree_levels_sums_and_memo() -> None:
     assert tree.spans_all(0) and not tree.spans_all(2)
     assert tree.sums(2, view.allocatable)[:, 0].tolist() == [10_000, 4_000]
     assert tree.domain_of(view.index["c"], 2).label(tree) == "b1"
-    from app.core.topology import tree_for
+    from app.core.state.domains import tree_for
 
     assert tree_for(view.table, DEFAULT_KEYS) is tree_for(cluster.cache.view().table, DEFAULT_KEYS)
 

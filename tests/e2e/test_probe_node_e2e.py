@@ -11,9 +11,9 @@ import pytest
 from controlplane import ControlPlane, create_gpu_node
 
 from app.cli import main
-from app.core.gputopology import from_nvidia_smi, topology_of
-from app.core.labels import GPU_TOPOLOGY
-from app.core.objects import node_from_dict
+from app.core.gpu.links import from_nvidia_smi, topology_of
+from app.core.model.labels import GPU_TOPOLOGY
+from app.core.model.parse import node_from_dict
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "a30-pcie-nvlink-pairs.txt"
 

@@ -29,9 +29,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 import app.k8s.gateway
-from app.core.cache import ClusterCache
-from app.core.errors import GatewayError, MusterError
-from app.core.model import Resources
+from app.core.model.errors import GatewayError, MusterError
+from app.core.model.values import Resources
+from app.core.state.cache import ClusterCache
 from app.k8s.config import kube_access_available, load_api_client
 from app.k8s.gateway import KubeGateway, gateway_error
 from app.k8s.sync import ClusterSync

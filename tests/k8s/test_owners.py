@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
-from app.core.workloads import JOB, JOBSET, RAYCLUSTER, WorkloadKind
+from app.core.admission.workloads import JOB, JOBSET, RAYCLUSTER, WorkloadKind
 from app.k8s.owners import NamespaceLister, OwnerLister, TTLCache
 
 

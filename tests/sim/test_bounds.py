@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.core.model import Pod, Resources
+from app.core.model.values import Pod, Resources
 from app.sim.bounds import greedy_reference, lower_bound
 from app.sim.workload import Job
 

@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from app.core import labels
-from app.core.model import Pod, Resources
+from app.core.model import labels
+from app.core.model.values import Pod, Resources
 from app.sim.engine import SimConfig, Simulation
 from app.sim.workload import Arrival, ClusterSpec, Job, WorkloadSpec
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.core.model import Pod, Resources
+from app.core.model.values import Pod, Resources
 from app.sim.clock import SimClock
 from app.sim.kubescheduler import Decision, KubeScheduler, SchedulerConfig, SchedulingQueue
 

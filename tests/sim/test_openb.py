@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from app import cli
-from app.core.clusterfile import parse_openb_csv
-from app.core.gpus import GpuTable, PodAsk
+from app.core.gpu.ask import GpuTable, PodAsk
+from app.core.model.clusterfile import parse_openb_csv
 from app.core.policies.fgd import LiveGpuPolicy, MusterPolicy, TaskClass, default_policy
 from app.core.policies.gpushare import Ranking, choose
 from app.sim import openb

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core import labels
-from app.core.queues import parse_queue_config
+from app.core.model import labels
+from app.core.model.queues import parse_queue_config
 from app.sim.engine import SimConfig, Simulation
 from app.sim.metrics import Result
 from app.sim.policies import PolicyConfig

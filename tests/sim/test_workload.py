@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from app.core import labels
-from app.core.podgroup import gang_spec
+from app.core.model import labels
+from app.core.model.gang import gang_spec
 from app.sim.workload import (
     SEED_CLUSTER,
     SEED_WORKLOAD,

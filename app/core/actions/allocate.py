@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core.cache import NodeView, shortfall
-from app.core.devices import default_choice, device_count, fits_mask
-from app.core.filter import eligible
-from app.core.model import Pod, Resources
-from app.core.prioritize import STRATEGIES
+from app.core.gpu.ledger import default_choice, device_count, fits_mask
+from app.core.model.values import Pod, Resources
+from app.core.state.cache import NodeView, shortfall
+from app.core.verbs.filter import eligible
+from app.core.verbs.prioritize import STRATEGIES
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
 _LOCALITY = 0.5

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.actions.allocate import allocate
-from app.core.cache import Snapshot, without
-from app.core.model import Pod, Resources
-from app.core.runtime import declared_runtime, expected_end
+from app.core.model.runtime import declared_runtime, expected_end
+from app.core.model.values import Pod, Resources
+from app.core.state.cache import Snapshot, without
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.actions.allocate import Allocation
-from app.core.cache import Snapshot
-from app.core.model import Pod
-from app.core.victims import Unit, cheapest_set
+from app.core.actions.victims import Unit, cheapest_set
+from app.core.model.values import Pod
+from app.core.state.cache import Snapshot
 
 
 def victims_for(

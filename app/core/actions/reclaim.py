@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from app.core.actions.allocate import Allocation
-from app.core.cache import Snapshot
-from app.core.model import Pod
-from app.core.queueing import QueueUsage
-from app.core.victims import Unit, cheapest_set
+from app.core.actions.victims import Unit, cheapest_set
+from app.core.model.values import Pod
+from app.core.state.cache import Snapshot
+from app.core.state.queueusage import QueueUsage
 
 
 def reclaimable(usage: QueueUsage, units: Sequence[Unit], claimant: str) -> list[Unit]:

@@ -2,5 +2,5 @@
 
 Filters answer "may this pod go to this node, and if not, why" (``resourcefit``, ``taints``,
 ``nodeaffinity``, ``nodeunschedulable``); scorers rank feasible nodes 0-10 (``binpack``,
-``spread``). ``app.core.filter`` and ``app.core.prioritize`` run them in a fixed order.
+``spread``). ``app.core.verbs.filter`` and ``app.core.verbs.prioritize`` run them in a fixed order.
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.cache import NodeView
-from app.core.model import Resources
+from app.core.model.values import Resources
+from app.core.state.cache import NodeView
 
 _GPU, _CPU, _MEMORY = 0, 1, 2
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.queueing import QueueUsage
+from app.core.state.queueusage import QueueUsage
 
 
 def dominant_share(usage: QueueUsage, queue: str) -> float:

@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.core.gpus import MILLI, GpuAsk, GpuTable, PodAsk, fits
+from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk, fits
 from app.core.policies.gpushare import Ranking
 
 
@@ -555,6 +555,6 @@ class LiveGpuPolicy:
 
 def default_policy() -> LiveGpuPolicy:
     """The one construction of Muster's default GPU placement: what the extender runs live
-    (``app.core.gpuplacement``) and what the openb experiment measures as
+    (``app.core.policies.gpuplacement``) and what the openb experiment measures as
     ``muster-default``."""
     return LiveGpuPolicy(RecentMix())

@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from app.core.gpus import MILLI, GpuTable, PodAsk
+from app.core.gpu.ask import MILLI, GpuTable, PodAsk
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.model import Node, Pod, Requirement, SelectorTerm
-from app.core.nodetable import NodeTable
+from app.core.model.values import Node, Pod, Requirement, SelectorTerm
+from app.core.state.nodetable import NodeTable
 
 
 def _int(text: str) -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.model import Node, Pod, Taint
+from app.core.model.values import Node, Pod, Taint
 
 _CORDON = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.model import RESOURCE_NAMES
-from app.core.quantity import format_milli
-from app.core.queueing import QueueUsage
-from app.core.queues import UNLIMITED, Queue
+from app.core.model.quantity import format_milli
+from app.core.model.queues import UNLIMITED, Queue
+from app.core.model.values import RESOURCE_NAMES
+from app.core.state.queueusage import QueueUsage
 
 
 def _fmt(k: int, amount: int) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.cache import shortfall
-from app.core.model import RESOURCE_NAMES, Resources
-from app.core.quantity import format_milli
+from app.core.model.quantity import format_milli
+from app.core.model.values import RESOURCE_NAMES, Resources
+from app.core.state.cache import shortfall
 
 #: Stands in for a resource that is not short, so rows group by what is short only.
 PLENTY = 2**62

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.cache import NodeView
-from app.core.model import Resources
+from app.core.model.values import Resources
 from app.core.policies.allocation import keeps_gpus_free, utilisation_after
+from app.core.state.cache import NodeView
 
 
 def score(view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.model import Node, Pod
+from app.core.model.values import Node, Pod
 
 _BLOCKING = ("NoSchedule", "NoExecute")
 

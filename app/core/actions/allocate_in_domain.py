@@ -1,0 +1,217 @@
+"""topology: place a gang's core inside one network-topology domain (``app.core.state.domains``).
+
+A gang asks ``muster.io/topology-required: <level>`` (one domain of that level, or wait) or
+``muster.io/topology-preferred: <level>`` (one domain of that level if any fits, else one of
+the narrowest broader level that fits, else anywhere). A gang that asks nothing is treated as
+preferring the **lowest** level: training jobs want locality, so a gang goes to one node if
+one fits, else one block, else one spine, and so on.
+
+**Which domain.** Within a level, every domain that could take the whole gang is a candidate,
+and the chosen one is the one whose **leftover is least useful** to later work, compared in
+this order:
+
+1. fewest free GPUs left in the domain after placement (best fit: keeps the emptier domains
+   whole for the next big gang);
+2. the smallest largest-free-GPU-count on any one of its nodes afterwards (of two domains
+   left with 8 free GPUs, the one left with 4+4 is less useful than the one left with a whole
+   free 8-GPU node, so the gang goes to the former and the whole node survives elsewhere);
+3. least free CPU, then memory, left; then the domain seen first (deterministic).
+
+**Cost.** Placing a gang in a domain is ``actions.allocate`` with every member's nodes narrowed
+to that domain. Before any such call, domains are pruned by arithmetic over the free room
+(``allocatable - used``) on nodes the members may use: the domain's total must cover the
+gang's summed requests, and for each kind of member (same requests, same node constraints)
+its nodes must have enough whole slots (``min(free // request)`` per node). Key 1 and 3 are
+exact before placement and key 2 has a lower bound (the average), so candidates are tried best
+bound first and the search stops as soon as no untried candidate can beat the best found, or
+after ``MAX_TRIES`` placements per level. On 1000 nodes in 100 blocks a cycle thus costs a few
+vectorised sums per level and usually one ``allocate``.
+
+Running members (a gang that lost some and is planned again) pin the domain: only a domain
+holding every running member is a candidate. Within the chosen domain members are placed by
+the ordinary strategy (no nested packing into sub-domains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.core.actions.allocate import Allocation, allocate
+from app.core.model import labels
+from app.core.model.quantity import format_milli
+from app.core.model.values import RESOURCE_NAMES, Pod
+from app.core.state.cache import NodeView
+from app.core.state.domains import Ask, Tree
+from app.core.verbs.filter import eligible
+
+#: At most this many placements are tried per level (the pruning usually makes it one).
+MAX_TRIES = 16
+
+_GPU, _CPU, _MEMORY = 0, 1, 2
+
+
+@dataclass(slots=True)
+class TopologyAllocation(Allocation):
+    """An ``Allocation`` plus where it went and, when the ask (not capacity) keeps the gang
+    waiting, why (``reason``, said to the user as is)."""
+
+    reason: str = ""
+    #: ``"block b7"``: the domain the gang was placed in (``""``: anywhere, or not placed).
+    domain: str = ""
+
+
+@dataclass(slots=True)
+class _Demand:
+    """What the gang needs and what each node offers it, computed once per gang and view."""
+
+    total: np.ndarray  # summed requests (R,)
+    #: rows x (2R + kinds), summed per domain in one pass: free room (never below zero), free
+    #: room on rows some member may use, whole slots per kind of member (same requests, same
+    #: node constraints) on rows that kind may use
+    columns: np.ndarray
+    counts: np.ndarray  # members per kind
+    pinned: np.ndarray  # rows of running members
+
+
+def allocate_topology(
+    view: NodeView,
+    members: Sequence[Pod],
+    *,
+    tree: Tree,
+    ask: Ask | None = None,
+    strategy: str = "binpack",
+    pinned: Collection[str] = (),
+) -> TopologyAllocation:
+    """Place ``members`` (a gang's core) together inside one domain of ``tree`` per ``ask``.
+
+    ``ask`` ``None`` prefers the lowest level. ``pinned``: nodes of members already running;
+    the domain must hold them. A required ask that no domain can meet leaves every member
+    unplaced with ``reason`` set; otherwise an incomplete result is a capacity shortage, as
+    with ``allocate``.
+    """
+    members = list(members)
+    if not members:
+        return TopologyAllocation()
+    if ask is None:
+        start, required = tree.depth - 1, False
+    else:
+        level = tree.level(ask.level)
+        if level is None:
+            key = labels.TOPOLOGY_REQUIRED if ask.required else labels.TOPOLOGY_PREFERRED
+            known = ", ".join(tree.names) or "none configured"
+            return TopologyAllocation(
+                unplaced=members,
+                reason=f"unknown topology level {ask.level!r} in {key}; known levels: {known}",
+            )
+        start, required = level, ask.required
+    demand = _demand(view, members, pinned)
+    for level in [start] if required else range(start, -1, -1):
+        if tree.spans_all(level):
+            break  # one domain of every node: the same as anywhere
+        found, free = _best(view, members, tree, level, demand, strategy)
+        if found is not None:
+            return found
+        if required:
+            return TopologyAllocation(
+                unplaced=members, reason=_no_room(tree, level, demand, free, len(members))
+            )
+    placed = allocate(view, members, strategy=strategy)
+    return TopologyAllocation(placed=placed.placed, unplaced=placed.unplaced)
+
+
+def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> _Demand:
+    free = np.maximum(view.allocatable - view.used, 0)
+    masks: dict[tuple[object, ...], np.ndarray] = {}
+    kinds: dict[tuple[object, ...], int] = {}
+    for pod in members:
+        constraint = (tuple(sorted(pod.node_selector.items())), pod.tolerations,
+                      pod.required_affinity)  # fmt: skip
+        if constraint not in masks:
+            masks[constraint] = eligible(view, pod)
+        kind = (pod.requests, constraint)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    usable = np.zeros(len(view.nodes), dtype=bool)
+    for mask in masks.values():
+        usable |= mask
+    slots = []
+    for (requests, constraint), count in kinds.items():
+        need = np.asarray(requests, dtype=np.int64)
+        positive = need > 0
+        if positive.any():
+            fits = (free[:, positive] // need[positive]).min(axis=1)
+        else:
+            fits = np.full(len(view.nodes), count, dtype=np.int64)
+        slots.append(np.where(masks[constraint], fits, 0))
+    rows = [view.index[n] for n in pinned if n in view.index]
+    return _Demand(
+        total=np.sum([np.asarray(p.requests, dtype=np.int64) for p in members], axis=0),
+        columns=np.column_stack([free, free * usable[:, None], *slots]).astype(np.int64),
+        counts=np.array(list(kinds.values()), dtype=np.int64),
+        pinned=np.array(rows, dtype=np.int64),
+    )
+
+
+def _best(
+    view: NodeView, members: list[Pod], tree: Tree, level: int, demand: _Demand, strategy: str
+) -> tuple[TopologyAllocation | None, np.ndarray]:
+    """The best placement inside one domain of ``level`` (``None``: none fits), and the free
+    room per domain on rows the members may use (for the reason when none fits)."""
+    r = len(RESOURCE_NAMES)
+    sums = tree.sums(level, demand.columns)
+    total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
+    ok = (free >= demand.total).all(axis=1) & (slots >= demand.counts).all(axis=1)
+    if len(demand.pinned):
+        homes = np.unique(tree.ids[level, demand.pinned])
+        ok &= np.isin(np.arange(len(ok)), homes) if len(homes) == 1 else False
+    candidates = np.flatnonzero(ok)
+    if not len(candidates):
+        return None, free
+    left = total[candidates] - demand.total
+    # The largest free GPU count left on one node is at least the average.
+    bound = -(-left[:, _GPU] // tree.sizes[level][candidates])
+    keys = np.column_stack([left[:, _GPU], bound, left[:, _CPU], left[:, _MEMORY], candidates])
+    best: tuple[tuple[int, ...], TopologyAllocation] | None = None
+    for tried, k in enumerate(np.lexsort(keys.T[::-1])):
+        lower = tuple(keys[k].tolist())
+        if tried >= MAX_TRIES or (best is not None and lower >= best[0]):
+            break
+        domain = tree.domains[level][int(candidates[k])]
+        allowed = dict.fromkeys((p.uid for p in members), tree.ids[level] == domain.index)
+        placed = allocate(view, members, strategy=strategy, allowed=allowed)
+        if not placed.complete:
+            continue
+        gpus = np.maximum(view.allocatable[domain.rows, _GPU] - view.used[domain.rows, _GPU], 0)
+        where = {int(row): i for i, row in enumerate(domain.rows)}
+        for pod in members:
+            gpus[where[view.index[placed.placed[pod.uid]]]] -= pod.requests.gpu
+        actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
+        if best is None or actual < best[0]:
+            name = f"{tree.names[level]} {domain.label(tree)}"
+            best = actual, TopologyAllocation(placed=placed.placed, domain=name)
+    return (best[1] if best else None), free
+
+
+def _no_room(tree: Tree, level: int, demand: _Demand, free: np.ndarray, count: int) -> str:
+    """``no single block has room for 16 nvidia.com/gpu (largest free: 8)``."""
+    name = tree.names[level]
+    column = next((c for c in (_GPU, _CPU, _MEMORY) if demand.total[c] > 0), _GPU)
+    resource = RESOURCE_NAMES[column]
+    need = f"{format_milli(resource, int(demand.total[column]))} {resource}"
+    if len(demand.pinned):
+        homes = np.unique(tree.ids[level, demand.pinned])
+        if len(homes) > 1:
+            return f"running members already span more than one {name}; cannot keep to one"
+        home = tree.domains[level][int(homes[0])]
+        have = format_milli(resource, int(free[home.index, column]))
+        return (
+            f"the {name} of the running members ({home.label(tree)}) has no room for "
+            f"{need} (free: {have})"
+        )
+    largest = int(free[:, column].max(initial=0))
+    text = f"no single {name} has room for {need} (largest free: {format_milli(resource, largest)}"
+    if largest >= demand.total[column]:
+        text += f", but not on nodes that can hold all {count} members"
+    return text + ")"

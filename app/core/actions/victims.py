@@ -1,0 +1,127 @@
+"""What could give way: running work cut into units that are evicted whole.
+
+A unit is either a whole running gang (every member holding a node), one elastic member of a
+running gang beyond its min-member (those give way first), or a pod running on its own. Gangs
+younger than their min-runtime (``muster.io/min-runtime``, else a configured default) and pods
+younger than their own ``muster.io/min-runtime`` are protected and never offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from app.core.actions.allocate import Allocation, allocate
+from app.core.model import labels
+from app.core.model.gang import Gang
+from app.core.model.runtime import parse_duration
+from app.core.model.values import Pod
+from app.core.state.cache import NodeView, Snapshot, without
+
+MIN_RUNTIME = "muster.io/min-runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Pods that are evicted together. ``key`` names the gang (or ``pod:ns/name``)."""
+
+    key: str
+    queue: str | None
+    pods: tuple[Pod, ...]
+    priority: int
+    elastic: bool
+    started: float
+
+    @property
+    def gpus(self) -> int:
+        """Milli-GPUs the unit holds."""
+        return sum(p.requests.gpu for p in self.pods)
+
+    def work_lost(self, now: float) -> float:
+        """Pod-seconds of running time an eviction would throw away."""
+        return max(now - self.started, 0.0) * len(self.pods)
+
+
+def min_runtime_of(pods: Iterable[Pod], default: float) -> float:
+    values = [labels.lookup(MIN_RUNTIME, p.labels, p.annotations) for p in pods]
+    parsed = [parse_duration(v) for v in values if v]
+    return max([p for p in parsed if p is not None], default=default)
+
+
+def running_units(
+    snapshot: Snapshot,
+    gangs: dict[str, Gang],
+    queue_of: Callable[[Pod], str | None],
+    *,
+    now: float,
+    min_runtime: float,
+) -> list[Unit]:
+    """Every unprotected unit of running work that Muster manages (pods with a queue)."""
+    units: list[Unit] = []
+    started = {uid: snapshot.bound_at.get(uid, now) for uid in snapshot.placement}
+
+    def start_of(pod: Pod) -> float:
+        return pod.started or started.get(pod.uid, now)
+
+    in_gangs: set[str] = set()
+    for gang in gangs.values():
+        bound = [p for p in gang.bound if p.node_name or snapshot.holds_node(p)]
+        in_gangs.update(p.uid for p in gang.members)
+        if not bound:
+            continue
+        queue = queue_of(bound[0])
+        if queue is None:
+            continue
+        first = min(start_of(p) for p in bound)
+        if now - first < min_runtime_of(bound, min_runtime):
+            continue  # protected while young
+        extras = sorted(bound, key=start_of, reverse=True)[: max(len(bound) - gang.min_member, 0)]
+        for pod in extras:
+            units.append(Unit(gang.key, queue, (pod,), gang.priority, True, start_of(pod)))
+        units.append(Unit(gang.key, queue, tuple(bound), gang.priority, False, first))
+    for uid, pod in snapshot.pods.items():
+        if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
+            continue
+        queue = queue_of(pod)
+        # The configured default protects gangs; a pod on its own only by its own annotation.
+        if queue is None or now - start_of(pod) < min_runtime_of([pod], 0.0):
+            continue
+        units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
+    return units
+
+
+def freed(snapshot: Snapshot, units: Iterable[Unit]) -> NodeView:
+    """``snapshot.view`` with every pod of ``units`` gone (resources and GPU devices)."""
+    return without(snapshot, (pod for unit in units for pod in unit.pods))
+
+
+def cheapest_set(
+    snapshot: Snapshot,
+    members: Sequence[Pod],
+    candidates: Sequence[Unit],
+    *,
+    strategy: str = "binpack",
+) -> tuple[list[Unit], Allocation] | None:
+    """The shortest prefix of ``candidates`` (cheapest first) whose eviction lets ``members``
+    fit, with every unit that turns out unnecessary dropped again; ``None`` if even evicting
+    all of them would not make room (then nothing should be evicted at all)."""
+
+    def attempt(units: Sequence[Unit]) -> Allocation:
+        view = freed(snapshot, units)
+        return allocate(view, members, strategy=strategy)
+
+    if not candidates or not attempt(candidates).complete:
+        return None
+    low, high = 1, len(candidates)
+    while low < high:
+        mid = (low + high) // 2
+        if attempt(candidates[:mid]).complete:
+            high = mid
+        else:
+            low = mid + 1
+    chosen = list(candidates[:low])
+    for unit in reversed(candidates[:low]):  # most expensive first
+        trial = [u for u in chosen if u is not unit]
+        if trial and attempt(trial).complete:
+            chosen = trial
+    return chosen, attempt(chosen)

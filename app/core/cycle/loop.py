@@ -1,0 +1,142 @@
+"""The planner's background loop: cycle when the cluster changes, and nudge planned members.
+
+A pod kube-scheduler rejected waits in its unschedulable queue until something about the
+cluster or the pod changes, then backs off. When a cycle plans a gang whose members were
+rejected earlier, the loop annotates each of them (``muster.io/planned``) so kube-scheduler
+retries them now instead of after a long backoff or the 5-minute flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from app.core.cycle.planner import Eviction, Planner
+from app.core.model.errors import GatewayError
+from app.core.model.values import Pod
+from app.core.state.gateway import Gateway
+from app.core.state.queuefile import QueueFile
+
+log = logging.getLogger("muster.planner")
+PLANNED_ANNOTATION = "muster.io/planned"
+
+
+class PlannerLoop:
+    """Runs ``planner.cycle()`` on cache changes (checked every ``poll`` s) and every
+    ``interval`` s, then nudges newly planned members through the gateway; reloads the queue
+    file (if any) every ``interval`` s."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        gateway: Gateway,
+        *,
+        poll: float = 0.05,
+        interval: float = 1.0,
+        queues: QueueFile | None = None,
+    ) -> None:
+        self._planner = planner
+        self._queues = queues
+        self._gateway = gateway
+        self._poll = poll
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.nudges = 0
+        self.evictions = 0
+
+    def start(self) -> None:
+        """Start the loop thread."""
+        self._thread = threading.Thread(target=self._run, name="muster-planner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and wait for its thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run_once(self, *, force: bool = False) -> None:
+        """One cycle, the evictions and the nudges it calls for (also used by tests)."""
+        self._planner.cycle(force=force)
+        self.evict()
+        self.nudge()
+
+    def evict(self) -> None:
+        """Carry out the planner's evictions, whole units only.
+
+        Every pod of every unit is first evicted as a dry run; if the API refuses any (a
+        PodDisruptionBudget), nothing is evicted and the planner chooses other victims. Should
+        a real eviction still be refused halfway through a gang, the rest of that gang is
+        deleted: a partial gang would keep its GPUs and do no work.
+        """
+        for eviction in self._planner.take_evictions():
+            refused = self._dry_run(eviction)
+            if refused is not None:
+                self._planner.eviction_refused(eviction, *refused)
+                continue
+            for unit in eviction.units:
+                for pod in unit.pods:
+                    self._evict_pod(pod, unit.key, eviction)
+            log.info("evicted %s: %s", ", ".join(u.key for u in eviction.units), eviction.why)
+
+    def _dry_run(self, eviction: Eviction) -> tuple[str, str] | None:
+        for unit in eviction.units:
+            for pod in unit.pods:
+                try:
+                    self._gateway.evict(pod.namespace, pod.name, pod.uid, dry_run=True)
+                except GatewayError as exc:
+                    if exc.reason != "NotFound":
+                        return unit.key, str(exc)
+        return None
+
+    def _evict_pod(self, pod: Pod, unit: str, eviction: Eviction) -> None:
+        try:
+            self._gateway.evict(pod.namespace, pod.name, pod.uid)
+        except GatewayError as exc:
+            if exc.reason == "NotFound":
+                return
+            log.warning("eviction of %s (%s) refused (%s); deleting it", pod.key, unit, exc)
+            try:
+                self._gateway.delete_pod(pod.namespace, pod.name, pod.uid)
+            except GatewayError as again:
+                log.error("could not delete %s either: %s", pod.key, again)
+                return
+        self.evictions += 1
+        try:
+            self._gateway.event(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                "Preempted",
+                f"{eviction.why}; {unit} evicted whole",
+                "Warning",
+            )
+        except GatewayError as exc:
+            log.info("no Preempted event for %s: %s", pod.key, exc)
+
+    def nudge(self) -> None:
+        """Annotate planned members kube-scheduler has not retried since they were planned."""
+        for gang, pod in self._planner.to_nudge():
+            try:
+                self._gateway.annotate_pod(
+                    pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
+                )
+                self.nudges += 1
+            except GatewayError as exc:
+                log.info("could not nudge %s: %s", pod.key, exc)
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stop.wait(self._poll):
+            now = time.monotonic()
+            try:
+                force = now - last >= self._interval
+                if force and self._queues is not None:
+                    self._queues.refresh()
+                self.run_once(force=force)
+                if force:
+                    last = now
+            except Exception:  # the loop must survive anything one cycle does
+                log.exception("planner cycle failed")

@@ -1,0 +1,155 @@
+"""Domain model: resources, nodes and pods as immutable values.
+
+Objects are built from Kubernetes JSON by ``app.core.model.parse`` and never mutated; the cache
+replaces them whole when the API (or a call) says something new about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+#: The resources Muster accounts for, in the order of ``Resources`` fields.
+RESOURCE_NAMES: tuple[str, ...] = (GPU, CPU, MEMORY, PODS)
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+class Resources(NamedTuple):
+    """Amounts of the accounted resources, each in milli-units (see ``app.core.model.quantity``)."""
+
+    gpu: int = 0
+    cpu: int = 0
+    memory: int = 0
+    pods: int = 0
+
+    def __add__(self, other: object) -> Resources:  # type: ignore[override]
+        if not isinstance(other, Resources):
+            return NotImplemented
+        return Resources(*(a + b for a, b in zip(self, other, strict=True)))
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(*(a - b for a, b in zip(self, other, strict=True)))
+
+    def max(self, other: Resources) -> Resources:
+        """Element-wise maximum."""
+        return Resources(*(max(a, b) for a, b in zip(self, other, strict=True)))
+
+
+ZERO = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration (``operator`` is ``Equal`` or ``Exists``)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration matches ``taint`` (Kubernetes semantics)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement: ``key operator values``."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """A node selector term: all its requirements must hold (an empty term matches nothing)."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node as far as scheduling is concerned."""
+
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    @property
+    def gpu_model(self) -> str:
+        """The GPU product label (``nvidia.com/gpu.product``), or ``""``."""
+        return self.labels.get(GPU_PRODUCT_LABEL, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod as far as scheduling is concerned.
+
+    ``requests`` are the effective requests (see ``app.core.model.parse.effective_requests``),
+    including the pod itself as one ``pods`` unit.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    requests: Resources
+    node_name: str = ""
+    phase: str = "Pending"
+    priority: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    required_affinity: tuple[SelectorTerm, ...] | None = None
+    scheduler_name: str = "default-scheduler"
+    created: float = 0.0
+    deleting: bool = False
+    #: ``status.startTime`` (epoch seconds), 0 when not started or unknown.
+    started: float = 0.0
+    #: A share of one GPU in milli-GPU (``muster.io/gpu-fraction``; 0 = none). Already
+    #: included in ``requests.gpu``.
+    gpu_fraction: int = 0
+    #: GPU indices written at bind (``muster.io/gpu-ids``); empty when unknown.
+    gpu_ids: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpu_shape(self) -> tuple[int, int]:
+        """``(devices, milli per device)`` the pod needs: ``(0, 0)`` without GPUs, ``(1, m)``
+        for a share of one GPU, ``(n, 1000)`` for ``n`` whole GPUs."""
+        if self.gpu_fraction:
+            return 1, self.gpu_fraction
+        whole = self.requests.gpu // 1000
+        return (whole, 1000) if whole else (0, 0)
+
+    @property
+    def terminal(self) -> bool:
+        """Finished pods hold no resources."""
+        return self.phase in ("Succeeded", "Failed")

@@ -1,0 +1,163 @@
+"""The live GPU placement: Muster's default policy ranking real nodes, and the devices it picks.
+
+Adapts ``app.core.policies.fgd.default_policy`` (fragmentation-aware placement over a
+workload mix learned from the pods seen) to the cluster cache:
+
+* ``observe`` shows the policy each pod once, the first time Muster sees it, so the learned
+  mix is the recent workload (and the pod being placed is part of it);
+* ``table`` turns a ``NodeView`` into the policy's ``GpuTable`` (per-device free milli, GPU
+  model, free cpu and memory), once per view;
+* ``scores`` maps the policy's cost over the candidates to kube-scheduler's 0-10: the single
+  cheapest candidate (first among equals, the policy's own tie-break) scores 10, the rest 0-9
+  by cost (linear over the candidates' cost range, or over one GPU's worth if that is
+  wider), so kube-scheduler lands the pod exactly where the policy would (the extender's
+  weight in the scheduler profile makes it dominate);
+* ``devices`` is the device set the policy takes on the chosen node (for a share, the device
+  the policy scored; for whole GPUs, the cache's best-connected choice).
+
+``app.sim.openb`` runs the same ``default_policy`` in the paper's experiment, so the figures
+reported there are the live policy's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from app.core.gpu.ask import MIB_MILLI, MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.gpu.ledger import device_count
+from app.core.model.values import GPU_PRODUCT_LABEL, Pod
+from app.core.policies.fgd import LiveGpuPolicy, default_policy
+from app.core.policies.gpushare import Ranking
+from app.core.state.cache import NodeView
+
+MAX_SCORE = 10
+#: Pods remembered as already observed (a pod is retried many times; count it once).
+_SEEN = 50_000
+
+
+def gpu_models(pod: Pod) -> frozenset[str]:
+    """The GPU models the pod's ``nodeSelector`` and required node affinity allow on
+    ``nvidia.com/gpu.product`` (empty: any).
+
+    Affinity counts when every term has an ``In`` on the label (the union of their values).
+    The filter enforces both itself; this only tells the policy which class of work the pod
+    belongs to.
+    """
+    allowed: set[str] | None = None
+    terms = pod.required_affinity or ()
+    for term in terms:
+        found = [
+            r.values
+            for r in term.match_expressions
+            if r.key == GPU_PRODUCT_LABEL and r.operator == "In"
+        ]
+        if not found:
+            allowed = None
+            break
+        allowed = (allowed or set()) | set(found[0])
+    chosen = pod.node_selector.get(GPU_PRODUCT_LABEL)
+    if chosen:
+        allowed = {chosen} if allowed is None else allowed & {chosen}
+    return frozenset(allowed or ())
+
+
+def pod_ask(pod: Pod) -> PodAsk:
+    """The policy's view of a pod: GPU shape and models, cpu (milli) and memory (MiB)."""
+    count, milli = pod.gpu_shape
+    gpu = GpuAsk(count, milli, gpu_models(pod)) if count else GpuAsk()
+    return PodAsk(gpu, pod.requests.cpu, pod.requests.memory // MIB_MILLI)
+
+
+def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
+    """``view`` as a ``GpuTable`` (rows as the view's). ``skeleton``: an earlier result for
+    the same node set, whose per-node facts are reused (only usage is filled in)."""
+    free = view.free
+    if skeleton is None:
+        nodes = view.nodes
+        return GpuTable.from_state(
+            [n.name for n in nodes],
+            np.array([device_count(n) for n in nodes], dtype=np.int64),
+            [n.gpu_model for n in nodes],
+            view.gpu_free,
+            (view.allocatable[:, 1], free[:, 1]),
+            (view.allocatable[:, 2] // MIB_MILLI, free[:, 2] // MIB_MILLI),
+        )
+    return skeleton.with_usage(view.gpu_free, free[:, 1], free[:, 2] // MIB_MILLI)
+
+
+class GpuPlacement:
+    """Muster's default GPU policy over the cluster cache; thread-safe."""
+
+    def __init__(self, policy: LiveGpuPolicy | None = None) -> None:
+        self.policy = policy if policy is not None else default_policy()
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._table: tuple[NodeView, GpuTable] | None = None
+        self._last: tuple[NodeView, str, Ranking] | None = None
+
+    def observe(self, pod: Pod) -> None:
+        """Count ``pod`` in the learned mix the first time it is seen."""
+        with self._lock:
+            if pod.uid in self._seen:
+                return
+            self._seen[pod.uid] = None
+            if len(self._seen) > _SEEN:
+                self._seen.popitem(last=False)
+            self.policy.observe(pod_ask(pod))
+
+    def table(self, view: NodeView) -> GpuTable:
+        """The policy's table for ``view`` (built once per view)."""
+        memo = self._table
+        if memo is not None and memo[0] is view:
+            return memo[1]
+        same_nodes = memo is not None and memo[0].table is view.table
+        table = node_table(view, memo[1] if same_nodes and memo is not None else None)
+        self._table = (view, table)
+        return table
+
+    @staticmethod
+    def applies(view: NodeView) -> bool:
+        """Whether the cluster has GPUs at all (else GPU-blind scoring is as good)."""
+        return bool(len(view.nodes)) and bool(view.allocatable[:, 0].any())
+
+    def rank(self, view: NodeView, pod: Pod) -> Ranking:
+        """The policy's cost (and share device) per row of ``view`` for ``pod``."""
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] is view and last[1] == pod.uid:
+                return last[2]
+            ranking = self.policy.rank(self.table(view), pod_ask(pod))
+            self._last = (view, pod.uid, ranking)
+            return ranking
+
+    def scores(self, view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray:
+        """0-10 per row of ``rows`` (rows of ``view``): 10 for the policy's pick only."""
+        self.observe(pod)
+        cost = self.rank(view, pod).cost[rows]
+        out = np.zeros(len(rows), dtype=np.int64)
+        finite = np.isfinite(cost)
+        if not finite.any():
+            return out
+        low = cost[finite].min()
+        # Costs are milli-GPU lost; differences below one GPU's worth stay within a point or
+        # two, so near-ties (float noise included) do not look like a gulf to kube-scheduler.
+        spread = max(float(cost[finite].max() - low), float(MILLI))
+        scaled = (MAX_SCORE - 1) - np.floor((MAX_SCORE - 1) * (cost[finite] - low) / spread)
+        out[finite] = np.clip(scaled, 0, MAX_SCORE - 1).astype(np.int64)
+        out[int(np.argmin(np.where(finite, cost, np.inf)))] = MAX_SCORE
+        return out
+
+    def devices(self, view: NodeView, pod: Pod, node: str) -> tuple[int, ...] | None:
+        """The device the policy takes for a share on ``node`` (None: the cache's default
+        choice, which is the policy's for whole GPUs)."""
+        count, milli = pod.gpu_shape
+        row = view.index.get(node)
+        if count != 1 or milli >= MILLI or row is None:
+            return None
+        ranking = self.rank(view, pod)
+        if ranking.device is None or not np.isfinite(ranking.cost[row]):
+            return None
+        return (int(ranking.device[row]),)

@@ -1,0 +1,682 @@
+"""The cluster cache: nodes, pods and what each node has left, shared by every request.
+
+One ``threading.RLock`` guards all state; public methods take it, ``_private`` helpers assume it
+is held. Readers take a ``NodeView`` (or a full ``Snapshot``): immutable, built at most once per
+generation, and cheap because node tables are copy-on-write numpy arrays.
+
+Binds are *assumed* first (the pod's requests count against the node at once, so concurrent
+binds cannot over-commit it), *confirmed* when the pod is seen bound (the watch, or the
+in-memory gateway in standalone mode), and *forgotten* on bind failure or after a TTL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import NamedTuple
+
+import numpy as np
+
+from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall, fits_mask, usable
+from app.core.model import labels
+from app.core.model.errors import BindRejected
+from app.core.model.gang import gang_spec
+from app.core.model.quantity import format_milli
+from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.state.nodetable import NodeTable
+
+_R = len(RESOURCE_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """An immutable view of every node and its usage at one cache generation.
+
+    Row ``i`` of ``allocatable``/``used`` belongs to ``nodes[i]``; columns follow
+    ``RESOURCE_NAMES``. ``special[i]`` is true when node ``i`` has taints or is unschedulable,
+    so filters only look closer at those. Node facts live in ``table`` (shared between views
+    until the node set changes).
+    """
+
+    generation: int
+    table: NodeTable
+    used: np.ndarray
+    #: Free milli-GPU per row and device (``app.core.gpu.ledger``); absent devices show 0.
+    gpu_free: np.ndarray
+
+    def gpu_fits(self, shape: tuple[int, int], rows: np.ndarray | None = None) -> np.ndarray:
+        """Per row (or per ``rows``): do the devices have room for a pod of ``shape``
+        (``Pod.gpu_shape``)? All true for pods without GPUs."""
+        return fits_mask(self.gpu_free if rows is None else self.gpu_free[rows], shape)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node, by row."""
+        return self.table.nodes
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        """Node name -> row."""
+        return self.table.index
+
+    @property
+    def allocatable(self) -> np.ndarray:
+        """Allocatable per row and resource."""
+        return self.table.allocatable
+
+    @property
+    def special(self) -> np.ndarray:
+        """Per row: tainted or cordoned."""
+        return self.table.special
+
+    @property
+    def free(self) -> np.ndarray:
+        """``allocatable - used`` per node and resource."""
+        return self.table.allocatable - self.used
+
+    def node(self, name: str) -> Node | None:
+        """The node called ``name``, if known."""
+        i = self.index.get(name)
+        return None if i is None else self.nodes[i]
+
+    def free_of(self, name: str) -> Resources:
+        """What node ``name`` has left (raises ``KeyError`` for an unknown node)."""
+        i = self.index[name]
+        return Resources(*(int(x) for x in self.allocatable[i] - self.used[i]))
+
+    def used_of(self, name: str) -> Resources:
+        """What node ``name`` has in use, assumed binds included."""
+        return Resources(*(int(x) for x in self.used[self.index[name]]))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A ``NodeView`` plus every pod and where each one counts."""
+
+    view: NodeView
+    pods: Mapping[str, Pod]
+    placement: Mapping[str, str]
+    assumed: frozenset[str] = field(default_factory=frozenset)
+    reserved: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> wall-clock time Muster first saw the pod hold a node.
+    bound_at: Mapping[str, float] = field(default_factory=dict)
+    #: uid -> gang key (``namespace/name``) for every pod that belongs to a gang.
+    gang_members: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> the GPU devices the pod holds (pods placed with GPUs only).
+    devices: Mapping[str, Held] = field(default_factory=dict)
+
+    def holds_node(self, pod: Pod) -> bool:
+        """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
+        return bool(pod.node_name) or pod.uid in self.assumed
+
+
+def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = None) -> NodeView:
+    """``view`` (default: the snapshot's) as if ``pods`` were gone: their resources and GPU
+    devices free again. Pods without a placement (or seen twice) are skipped."""
+    view = snapshot.view if view is None else view
+    used = view.used.copy()
+    gpu_free = view.gpu_free
+    copied = False
+    seen: set[str] = set()
+    for pod in pods:
+        node = snapshot.placement.get(pod.uid)
+        row = view.index.get(node) if node else None
+        if row is None or pod.uid in seen:
+            continue
+        seen.add(pod.uid)
+        used[row] -= np.asarray(pod.requests, dtype=np.int64)
+        held = snapshot.devices.get(pod.uid)
+        if held is not None and held.node == node:
+            if not copied:
+                gpu_free, copied = gpu_free.copy(), True
+            gpu_free[row, list(held.devices)] += held.milli
+    return replace(view, used=used, gpu_free=gpu_free)
+
+
+def shortfall(requests: Resources, free: Iterable[int]) -> str:
+    """Why ``requests`` do not fit into ``free``: ``"needs 4 nvidia.com/gpu, 2 free"``."""
+    parts = [
+        f"needs {format_milli(name, need)} {name}, {format_milli(name, max(have, 0))} free"
+        for name, need, have in zip(RESOURCE_NAMES, requests, free, strict=True)
+        if need > have
+    ]
+    return "; ".join(parts)
+
+
+class ClusterCache:
+    """Thread-safe store of nodes and pods with assume/confirm/forget for binds in flight."""
+
+    def __init__(
+        self, *, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lock = threading.RLock()
+        self._clock = clock
+        self._assume_ttl = assume_ttl
+        self._nodes: list[Node] = []
+        self._index: dict[str, int] = {}
+        self._alloc = np.zeros((0, _R), dtype=np.int64)
+        self._special = np.zeros(0, dtype=bool)
+        self._table: NodeTable | None = None
+        self._used = np.zeros((0, _R), dtype=np.int64)
+        self._pods: dict[str, Pod] = {}
+        self._placement: dict[str, str] = {}
+        self._assumed: dict[str, float] = {}
+        self._reserved: dict[str, str] = {}
+        self._gang_of: dict[str, str] = {}
+        self._gang_index: dict[str, set[str]] = {}
+        # Usage per queue key (see ``queue_key``), kept as pods move, so quota checks need
+        # no pass over every pod.
+        self._queue_key: dict[str, QueueKey] = {}
+        self._queue_applied: dict[str, QueueKey] = {}
+        self._queue_used: dict[QueueKey, np.ndarray] = {}
+        self._bound_at: dict[str, float] = {}
+        self._devices = DeviceLedger()
+        # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
+        # everyone's reach except work that ends before ``_hold_until``.
+        self._holds: dict[str, np.ndarray] = {}
+        self._hold_owner = ""
+        self._hold_until = 0.0
+        self._backfill_view: NodeView | None = None
+        self._wall = time.time
+        self._generation = 0
+        self._view: NodeView | None = None
+        self._snapshot: Snapshot | None = None
+        self._synced = False
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def upsert_node(self, node: Node) -> bool:
+        """Add or replace a node; returns whether anything changed."""
+        with self._lock:
+            return self._upsert_nodes([node])
+
+    def upsert_nodes(self, nodes: Iterable[Node]) -> bool:
+        """Add or replace several nodes at once (one generation step)."""
+        with self._lock:
+            return self._upsert_nodes(list(nodes))
+
+    def replace_nodes(self, nodes: Iterable[Node]) -> None:
+        """Make the node set exactly ``nodes`` (a relist)."""
+        nodes = list(nodes)
+        with self._lock:
+            wanted = {n.name for n in nodes}
+            for name in [n.name for n in self._nodes if n.name not in wanted]:
+                self._delete_node(name)
+            self._upsert_nodes(nodes)
+
+    def delete_node(self, name: str) -> None:
+        """Forget a node; pods still placed on it keep their placement until they go."""
+        with self._lock:
+            self._delete_node(name)
+
+    def _upsert_nodes(self, nodes: list[Node]) -> bool:
+        changed = [n for n in nodes if self._node_changed(n)]
+        if not changed:
+            return False
+        new_nodes = list(self._nodes)
+        new_index = dict(self._index)
+        alloc = self._alloc.copy()
+        special = self._special.copy()
+        appended: list[Node] = []
+        for node in changed:
+            i = new_index.get(node.name)
+            if i is None:
+                new_index[node.name] = len(new_nodes) + len(appended)
+                appended.append(node)
+            else:
+                new_nodes[i] = node
+                alloc[i] = node.allocatable
+                special[i] = _is_special(node)
+        if appended:
+            alloc = np.vstack([alloc, np.array([n.allocatable for n in appended], np.int64)])
+            special = np.concatenate([special, [_is_special(n) for n in appended]])
+            used_rows = [self._usage_of(n.name) for n in appended]
+            self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
+            new_nodes.extend(appended)
+        self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
+        self._devices.set_nodes(self._nodes, self._pods)
+        self._table = None
+        self._bump()
+        return True
+
+    def _node_changed(self, node: Node) -> bool:
+        i = self._index.get(node.name)
+        return i is None or self._nodes[i] != node
+
+    def _delete_node(self, name: str) -> None:
+        i = self._index.get(name)
+        if i is None:
+            return
+        keep = [j for j in range(len(self._nodes)) if j != i]
+        self._nodes = [self._nodes[j] for j in keep]
+        self._index = {n.name: j for j, n in enumerate(self._nodes)}
+        self._alloc = self._alloc[keep]
+        self._special = self._special[keep]
+        self._used = self._used[keep]
+        self._devices.set_nodes(self._nodes, self._pods)
+        self._table = None
+        self._bump()
+
+    def _usage_of(self, node: str) -> Resources:
+        total = Resources()
+        for uid, where in self._placement.items():
+            if where == node:
+                total = total + self._pods[uid].requests
+        return total
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: Pod) -> None:
+        """Add or replace a pod as the API (or a call) describes it.
+
+        A pod seen with ``spec.nodeName`` confirms an assumed bind; a finished pod stops
+        counting against its node.
+        """
+        with self._lock:
+            self._upsert_pod(pod)
+
+    def upsert_pods(self, pods: Iterable[Pod]) -> None:
+        """``upsert_pod`` for many pods under one lock."""
+        with self._lock:
+            for pod in pods:
+                self._upsert_pod(pod)
+
+    def learn_pod(self, pod: Pod) -> Pod:
+        """Record a pod seen in an extender call unless the cache already knows it better.
+
+        Returns the cached pod: once the watch (or a bind) has told more than the call, keep it.
+        """
+        with self._lock:
+            known = self._pods.get(pod.uid)
+            if known is not None and (known.node_name or not pod.node_name):
+                return known
+            self._upsert_pod(pod)
+            return pod
+
+    def replace_pods(self, pods: Iterable[Pod]) -> None:
+        """Make the pod set exactly ``pods`` (a relist); assumed binds in flight survive."""
+        pods = list(pods)
+        with self._lock:
+            wanted = {p.uid for p in pods}
+            for uid in [u for u in self._pods if u not in wanted and u not in self._assumed]:
+                self._delete_pod(uid)
+            for pod in pods:
+                self._upsert_pod(pod)
+
+    def delete_pod(self, uid: str) -> None:
+        """Forget a pod and give its resources back."""
+        with self._lock:
+            self._delete_pod(uid)
+
+    def _upsert_pod(self, pod: Pod) -> None:
+        old = self._pods.get(pod.uid)
+        self._pods[pod.uid] = pod
+        if old is None or old.labels is not pod.labels or old.annotations is not pod.annotations:
+            spec = gang_spec(pod)
+            self._unindex_gang(pod.uid)
+            if spec is not None:
+                self._gang_of[pod.uid] = spec.key
+                self._gang_index.setdefault(spec.key, set()).add(pod.uid)
+            self._queue_key[pod.uid] = queue_key(pod, spec is not None)
+        target = ""
+        if not pod.terminal:
+            if pod.node_name:
+                target = pod.node_name
+                self._assumed.pop(pod.uid, None)
+                self._reserved.pop(pod.uid, None)
+            elif pod.uid in self._assumed or pod.uid in self._reserved:
+                target = self._placement.get(pod.uid, "")
+        else:
+            self._reserved.pop(pod.uid, None)
+        placed_before = pod.uid in self._placement
+        self._move(pod.uid, old.requests if old else None, pod.requests, target)
+        # A pending pod coming or changing leaves node usage alone: keep the node view.
+        self._bump(nodes=placed_before or bool(target))
+
+    def _unindex_gang(self, uid: str) -> None:
+        key = self._gang_of.pop(uid, None)
+        if key is not None:
+            members = self._gang_index.get(key)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._gang_index[key]
+
+    def gang_members_of(self, key: str) -> list[Pod]:
+        """The cached pods of gang ``key`` (``namespace/name``), from the gang index."""
+        with self._lock:
+            return [self._pods[uid] for uid in self._gang_index.get(key, ())]
+
+    def _delete_pod(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        self._unindex_gang(uid)
+        self._assumed.pop(uid, None)
+        self._reserved.pop(uid, None)
+        if old is not None:
+            placed_before = uid in self._placement
+            self._move(uid, old.requests, old.requests, "")
+            self._bump(nodes=placed_before)
+        self._queue_key.pop(uid, None)
+
+    def _move(
+        self,
+        uid: str,
+        old_req: Resources | None,
+        new_req: Resources,
+        target: str,
+        devices: tuple[int, ...] | None = None,
+    ) -> None:
+        """Re-account pod ``uid`` from its current placement to ``target`` (``""``: none);
+        ``devices``: the GPU devices Muster chose for it there."""
+        current = self._placement.get(uid, "")
+        before = self._devices.release(uid)
+        if devices is None and before is not None and before.node == target:
+            devices = before.devices
+        if current and old_req is not None:
+            i = self._index.get(current)
+            if i is not None:
+                self._used[i] -= old_req
+            key = self._queue_applied.pop(uid, None)
+            if key is not None:
+                self._queue_used[key] -= old_req
+        if target:
+            self._placement[uid] = target
+            if uid not in self._reserved:
+                self._bound_at.setdefault(uid, self._wall())
+            i = self._index.get(target)
+            if i is not None:
+                self._used[i] += new_req
+            pod = self._pods.get(uid)
+            if pod is not None:
+                self._devices.place(uid, target, pod, devices)
+            key = self._queue_key.get(uid)
+            if key is not None:
+                held = self._queue_used.get(key)
+                self._queue_used[key] = (
+                    held if held is not None else np.zeros(_R, np.int64)
+                ) + new_req
+                self._queue_applied[uid] = key
+        else:
+            self._placement.pop(uid, None)
+            self._bound_at.pop(uid, None)
+
+    # -- binds in flight ------------------------------------------------------------------
+
+    def assume(self, uid: str, node: str, devices: tuple[int, ...] | None = None) -> Pod:
+        """Count pod ``uid`` against ``node`` now, before the API confirms the bind.
+
+        GPU pods also take devices: ``devices`` if given and free, else the default choice
+        (a pod reserved on this node by a plan keeps the devices of its reservation).
+        Raises ``BindRejected`` if the pod or node is unknown or the node no longer has room.
+        Checking and reserving happen under one lock, so parallel binds cannot over-commit.
+        """
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is None:
+                raise BindRejected(f"pod {uid} is unknown to Muster (no filter call seen)")
+            i = self._index.get(node)
+            if i is None:
+                raise BindRejected(f"node {node} is unknown to Muster")
+            if pod.node_name:
+                if pod.node_name == node:
+                    return pod
+                raise BindRejected(f"pod {pod.key} is already bound to {pod.node_name}")
+            if self._placement.get(uid) == node:
+                self._assumed[uid] = self._clock() + self._assume_ttl
+                return pod
+            self._move(uid, pod.requests, pod.requests, "")
+            free = self._alloc[i] - self._used[i]
+            need = np.asarray(pod.requests, dtype=np.int64)
+            if (need > free).any():
+                self._bump()
+                raise BindRejected(
+                    f"node {node} no longer fits {pod.key}: {shortfall(pod.requests, free)}"
+                )
+            shape = pod.gpu_shape
+            if shape[0]:
+                room = self._devices.free_row(node)
+                if devices is None or not usable(room, shape, devices):
+                    devices = self._devices.choose(node, pod)
+                if devices is None:
+                    self._bump()
+                    raise BindRejected(
+                        f"node {node} no longer fits {pod.key}: {device_shortfall(shape, room)}"
+                    )
+            self._move(uid, pod.requests, pod.requests, node, devices)
+            self._assumed[uid] = self._clock() + self._assume_ttl
+            self._bump()
+            return pod
+
+    def forget(self, uid: str) -> None:
+        """Undo an assumed bind (the bind failed); a confirmed bind is left alone."""
+        with self._lock:
+            if self._assumed.pop(uid, None) is None:
+                return
+            pod = self._pods.get(uid)
+            if pod is not None and not pod.node_name:
+                self._move(uid, pod.requests, pod.requests, "")
+                self._bump()
+
+    def confirm(self, uid: str, node: str) -> None:
+        """Record that pod ``uid`` is bound to ``node`` (what the watch would report)."""
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is not None and pod.node_name != node:
+                self._upsert_pod(replace(pod, node_name=node))
+
+    def reserve(self, placements: Mapping[str, str], *, force: bool = False) -> str:
+        """Hold room for a plan: count each pod (uid -> node) against its node, all or none.
+
+        Returns ``""`` on success, else why nothing was reserved (a node is gone or no longer
+        has room). Pods already holding their node are left as they are. ``force`` reserves
+        even where room is still taken (by victims being evicted for this very plan), so
+        nothing else can take the room they free.
+        """
+        with self._lock:
+            needed: dict[int, np.ndarray] = {}
+            todo: list[tuple[str, str, int]] = []
+            for uid, node in placements.items():
+                pod = self._pods.get(uid)
+                if pod is None:
+                    return f"pod {uid} is gone"
+                if pod.node_name or uid in self._assumed or self._placement.get(uid) == node:
+                    continue
+                i = self._index.get(node)
+                if i is None:
+                    return f"node {node} is gone"
+                needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
+                todo.append((uid, node, i))
+            for i, need in needed.items():
+                if force:
+                    break
+                free = self._alloc[i] - self._used[i]
+                node = self._nodes[i].name
+                if (need > free).any():
+                    return f"node {node} no longer has room: {shortfall(Resources(*need), free)}"
+                why = self._devices.check_all(node, [self._pods[u] for u, _, j in todo if j == i])
+                if why:
+                    return f"node {node} no longer has room: {why}"
+            for uid, node, _ in todo:
+                if uid in self._reserved:
+                    self._unreserve(uid)
+                pod = self._pods[uid]
+                self._reserved[uid] = node
+                self._move(uid, pod.requests, pod.requests, node)
+            if todo:
+                self._bump()
+            return ""
+
+    def unreserve(self, uids: Iterable[str]) -> None:
+        """Release plan reservations (pods already bound or binding keep their node)."""
+        with self._lock:
+            changed = False
+            for uid in uids:
+                if uid in self._reserved:
+                    self._unreserve(uid)
+                    changed = True
+            if changed:
+                self._bump()
+
+    def _unreserve(self, uid: str) -> None:
+        self._reserved.pop(uid, None)
+        pod = self._pods.get(uid)
+        if pod is not None and not pod.node_name and uid not in self._assumed:
+            self._move(uid, pod.requests, pod.requests, "")
+
+    def expire_assumed(self) -> list[str]:
+        """Forget assumptions older than the TTL that were never confirmed; returns their uids."""
+        with self._lock:
+            return self._expire()
+
+    def _expire(self) -> list[str]:
+        if not self._assumed:
+            return []
+        now = self._clock()
+        stale = [uid for uid, deadline in self._assumed.items() if deadline <= now]
+        for uid in stale:
+            del self._assumed[uid]
+            pod = self._pods.get(uid)
+            if pod is not None and not pod.node_name:
+                self._move(uid, pod.requests, pod.requests, "")
+        if stale:
+            self._bump()
+        return stale
+
+    # -- readers -------------------------------------------------------------------------
+
+    def pod(self, uid: str) -> Pod | None:
+        """The cached pod with this uid."""
+        with self._lock:
+            return self._pods.get(uid)
+
+    def view(self) -> NodeView:
+        """The current ``NodeView`` (shared between callers until something changes)."""
+        with self._lock:
+            self._expire()
+            if self._view is None:
+                if self._table is None:
+                    self._table = NodeTable(self._nodes, self._index, self._alloc, self._special)
+                self._backfill_view = NodeView(
+                    generation=self._generation,
+                    table=self._table,
+                    used=self._used.copy(),
+                    gpu_free=self._devices.free(),
+                )
+                self._view = self._backfill_view
+                if self._holds:
+                    held = self._backfill_view.used.copy()
+                    for node, amount in self._holds.items():
+                        i = self._index.get(node)
+                        if i is not None:
+                            held[i] += amount
+                    self._view = replace(self._backfill_view, used=held)
+            return self._view
+
+    def backfill_view(self) -> NodeView:
+        """The node view without backfill holds: for work that ends before they start."""
+        with self._lock:
+            self.view()
+            assert self._backfill_view is not None
+            return self._backfill_view
+
+    def set_holds(self, owner: str, holds: Mapping[str, Resources], until: float) -> None:
+        """Promise room on nodes to ``owner`` (a head-of-line gang) from ``until`` on; an empty
+        ``holds`` lifts them. Every view but ``backfill_view`` counts held room as used."""
+        with self._lock:
+            new = {n: np.asarray(r, np.int64) for n, r in holds.items()}
+            same = (
+                owner == self._hold_owner
+                and abs(until - self._hold_until) < 1.0
+                and new.keys() == self._holds.keys()
+                and all((new[n] == self._holds[n]).all() for n in new)
+            )
+            if same:
+                return
+            self._holds, self._hold_owner, self._hold_until = new, owner, until
+            self._bump()
+
+    @property
+    def holds(self) -> tuple[str, dict[str, Resources], float]:
+        """``(owner, node -> held amount, until)`` of the backfill holds in force."""
+        with self._lock:
+            return (
+                self._hold_owner,
+                {n: Resources(*(int(x) for x in a)) for n, a in self._holds.items()},
+                self._hold_until,
+            )
+
+    def snapshot(self) -> Snapshot:
+        """The current ``Snapshot``: node view, pods, placements."""
+        with self._lock:
+            view = self.view()
+            if self._snapshot is None or self._snapshot.view is not view:
+                self._snapshot = Snapshot(
+                    view=view,
+                    pods=MappingProxyType(dict(self._pods)),
+                    placement=MappingProxyType(dict(self._placement)),
+                    assumed=frozenset(self._assumed),
+                    reserved=MappingProxyType(dict(self._reserved)),
+                    gang_members=MappingProxyType(dict(self._gang_of)),
+                    bound_at=MappingProxyType(dict(self._bound_at)),
+                    devices=MappingProxyType(self._devices.holders()),
+                )
+            return self._snapshot
+
+    def devices_of(self, uid: str) -> tuple[int, ...]:
+        """The GPU devices pod ``uid`` holds (empty if none)."""
+        with self._lock:
+            held = self._devices.held(uid)
+            return held.devices if held is not None else ()
+
+    def queue_usage(self) -> dict[QueueKey, np.ndarray]:
+        """Resources held (bound, binding or reserved) per queue key."""
+        with self._lock:
+            return {k: v.copy() for k, v in self._queue_used.items() if v.any()}
+
+    @property
+    def gang_member_count(self) -> int:
+        """How many cached pods belong to a gang (the planner idles when there are none)."""
+        return len(self._gang_of)
+
+    @property
+    def generation(self) -> int:
+        """Increases on every change."""
+        return self._generation
+
+    @property
+    def synced(self) -> bool:
+        """Whether the cache holds a complete picture (initial list done, or file loaded)."""
+        return self._synced
+
+    def mark_synced(self, synced: bool = True) -> None:
+        """Set by the source that fills the cache once its initial load is complete."""
+        self._synced = synced
+
+    def _bump(self, *, nodes: bool = True) -> None:
+        """Something changed: a new generation; ``nodes``: node usage or nodes changed too."""
+        self._generation += 1
+        if nodes:
+            self._view = None
+        self._snapshot = None
+
+
+class QueueKey(NamedTuple):
+    """What decides a pod's queue, whatever the queue configuration says."""
+
+    explicit: str
+    namespace: str
+    scheduler_name: str
+    gang: bool
+
+
+def queue_key(pod: Pod, in_gang: bool) -> QueueKey:
+    """The pod's ``QueueKey`` (resolved to a queue by ``app.core.state.queueusage``)."""
+    found = labels.first(labels.QUEUE_KEYS, pod.labels, pod.annotations)
+    return QueueKey(found[1] if found else "", pod.namespace, pod.scheduler_name, in_gang)
+
+
+def _is_special(node: Node) -> bool:
+    return node.unschedulable or any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints)

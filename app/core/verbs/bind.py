@@ -1,0 +1,61 @@
+"""The bind verb: reserve in the cache, create the Binding, undo the reservation on failure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.core.model.errors import BindRejected, GatewayError
+from app.core.model.labels import GPU_IDS
+from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import Gateway
+
+#: Picks a pod's GPU devices on a node (the live placement policy), or None for the default.
+DeviceChooser = Callable[[Pod, str], "tuple[int, ...] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class BindOutcome:
+    """``error`` is empty on success; otherwise it is the text kube-scheduler receives."""
+
+    error: str = ""
+    reason: str = "Bound"
+
+
+class Binder:
+    """Binds pods through a ``Gateway``, never letting concurrent binds over-commit a node."""
+
+    def __init__(
+        self, cache: ClusterCache, gateway: Gateway, devices: DeviceChooser | None = None
+    ) -> None:
+        self._cache = cache
+        self._gateway = gateway
+        self._devices = devices
+
+    def _choose(self, uid: str, node: str) -> tuple[int, ...] | None:
+        """The GPU devices the placement policy wants for the pod on ``node`` (None: the
+        cache's default choice)."""
+        if self._devices is None:
+            return None
+        pod = self._cache.pod(uid)
+        return None if pod is None or not pod.gpu_shape[0] else self._devices(pod, node)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Assume the pod on ``node``, then create its Binding; any failure is an error text."""
+        try:
+            pod = self._cache.assume(uid, node, self._choose(uid, node))
+        except BindRejected as exc:
+            return BindOutcome(error=str(exc), reason="Rejected")
+        devices = self._cache.devices_of(uid)
+        extra = {GPU_IDS: ",".join(map(str, devices))} if devices else None
+        if extra and pod.annotations.get(GPU_IDS) == extra[GPU_IDS]:
+            extra = None
+        try:
+            self._gateway.bind(namespace, name, uid, node, extra)
+        except GatewayError as exc:
+            self._cache.forget(uid)
+            return BindOutcome(
+                error=f"binding {namespace}/{name} to {node} failed: {exc}", reason=exc.reason
+            )
+        return BindOutcome()

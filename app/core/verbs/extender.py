@@ -1,0 +1,131 @@
+"""The extender service: the four kube-scheduler verbs over the cluster cache and the planner.
+
+HTTP handlers translate wire JSON into model values and call this; it owns no I/O except
+through the ``Gateway`` that binds use.
+
+Gang members are served from the planner's plans: filter offers exactly the planned node and
+rejects every other candidate as *unresolvable* (FailedAndUnresolvableNodes) — on purpose:
+kube-scheduler's own preemption works pod by pod and must never evict pods on behalf of one
+member of a gang; freeing room for whole gangs is the planner's job. For the same reason
+preempt vetoes every candidate for a gang member, and never offers part of a gang as victims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+
+from app.core.cycle.planner import Planner
+from app.core.model.gang import gang_spec
+from app.core.model.values import Node, Pod
+from app.core.policies.gpuplacement import GpuPlacement
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import Gateway
+from app.core.verbs import preempt
+from app.core.verbs.bind import Binder, BindOutcome
+from app.core.verbs.filter import FilterResult, filter_nodes
+from app.core.verbs.gangbind import GangBinder
+from app.core.verbs.prioritize import MAX_SCORE, STRATEGIES, Ranking, rank
+
+
+class Extender:
+    """filter / prioritize / preempt / bind for one cluster cache."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        gateway: Gateway,
+        *,
+        strategy: str = "binpack",
+        planner: Planner | None = None,
+        barrier_timeout: float = 4.0,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
+        self.cache = cache
+        self.strategy = strategy
+        self.planner = planner or Planner(cache, strategy=strategy)
+        self.gpu = GpuPlacement() if strategy == "muster" else None
+        chooser = None if self.gpu is None else self._devices
+        self.binder = GangBinder(
+            cache, self.planner, Binder(cache, gateway, chooser), gateway, timeout=barrier_timeout
+        )
+
+    def _devices(self, pod: Pod, node: str) -> tuple[int, ...] | None:
+        assert self.gpu is not None
+        return self.gpu.devices(self.cache.view(), pod, node)
+
+    def _candidates(
+        self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
+    ) -> tuple[Pod, list[str]]:
+        """Learn the pod (and full nodes, when kube-scheduler sends them); the candidate names."""
+        if nodes is not None:
+            self.cache.upsert_nodes(nodes)
+            names = [n.name for n in nodes]
+        pod = self.cache.learn_pod(pod)
+        return pod, list(names or ())
+
+    def filter(
+        self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
+    ) -> FilterResult:
+        """Which candidates may take ``pod`` (``nodes`` also refresh the cache)."""
+        pod, names = self._candidates(pod, names, nodes)
+        if self.gpu is not None:
+            self.gpu.observe(pod)
+        verdict = self.planner.verdict(pod)
+        if not verdict.gang:
+            blocked = self.planner.quota_check(pod)
+            if blocked:
+                return FilterResult(unresolvable=dict.fromkeys(names, blocked))
+            backfill = self.planner.backfill_ok(pod)
+            view = self.cache.backfill_view() if backfill else self.cache.view()
+            return filter_nodes(view, pod, names)
+        if verdict.node and verdict.node not in names:
+            verdict = self.planner.replan_member(pod, names)
+        if not verdict.node:
+            return FilterResult(unresolvable=dict.fromkeys(names, verdict.reason))
+        elsewhere = f"gang {verdict.gang}: this member is planned on {verdict.node}"
+        return FilterResult(
+            feasible=[verdict.node],
+            unresolvable={n: elsewhere for n in names if n != verdict.node},
+        )
+
+    def prioritize(
+        self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
+    ) -> Ranking:
+        """A 0-10 score for every candidate; a gang member's planned node scores 10."""
+        pod, names = self._candidates(pod, names, nodes)
+        view = self.cache.view()
+        gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
+        score = None if gpu is None else partial(gpu.scores, view, pod)
+        ranking = rank(view, pod, names, self.strategy, score)
+        spec = gang_spec(pod)
+        plan = self.planner.plan(spec.key) if spec else None
+        planned = plan.node_of(pod.uid) if plan else None
+        if planned:
+            row = ranking.table.index.get(planned, -2)
+            capped = np.minimum(ranking.scores, MAX_SCORE - 1)
+            scores = np.where(ranking.rows == row, MAX_SCORE, capped)
+            ranking = replace(ranking, scores=scores)
+        return ranking
+
+    def preempt(
+        self,
+        pod: Pod,
+        candidates: Mapping[str, preempt.Victims],
+        given: Mapping[str, Pod] | None = None,
+    ) -> dict[str, preempt.Victims]:
+        """The candidate nodes (with their victims) on which preemption would let ``pod`` fit."""
+        pod = self.cache.learn_pod(pod)
+        if gang_spec(pod) is not None:
+            return {}
+        return preempt.filter_candidates(
+            self.cache.snapshot(), pod, candidates, given, min_runtime=self.planner.min_runtime
+        )
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind the pod to ``node``; gang members through the barrier (see ``gangbind``)."""
+        return await self.binder.bind(namespace, name, uid, node)

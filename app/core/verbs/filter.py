@@ -1,0 +1,172 @@
+"""The filter verb's decision: which candidate nodes may take a pod, and why not the others.
+
+Failures split the way kube-scheduler's own preemption needs them:
+
+* ``failed`` (FailedNodes): the node lacks free resources now; evicting pods there could help,
+  so kube-scheduler may consider preemption on it.
+* ``unresolvable`` (FailedAndUnresolvableNodes): no eviction can help (unknown node, cordon,
+  taint, selector or affinity mismatch, or a request larger than the node's whole capacity), so
+  kube-scheduler must not evict anything on its behalf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import compress
+
+import numpy as np
+
+from app.core.gpu.ledger import device_shortfall
+from app.core.model.values import Pod
+from app.core.policies import nodeaffinity, nodeunschedulable, resourcefit, taints
+from app.core.state.cache import NodeView
+
+UNKNOWN_NODE = "unknown node"
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """Feasible node names, in request order, and reasons for the rest."""
+
+    feasible: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+def check_reasons(view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray | None:
+    """Per-node check failures for ``rows`` (object array, ``None`` where a node passes), or
+    ``None`` when every row passes.
+
+    Cordon and taint checks run once per group of nodes with the same taints; selector and
+    affinity run on label columns, all rows at once.
+    """
+    table = view.table
+    out: np.ndarray | None = None
+    if len(rows) and table.special.any():
+        groups, representatives = table.check_groups
+        wanted = groups[rows]
+        present = np.unique(wanted)
+        if present.any():
+            for group in present[present > 0].tolist():
+                node = representatives[group]
+                assert node is not None
+                why = nodeunschedulable.check(node, pod) or taints.check(node, pod)
+                if why is not None:
+                    if out is None:
+                        out = np.full(len(rows), None, dtype=object)
+                    out[wanted == group] = why
+    if pod.node_selector or pod.required_affinity is not None:
+        label_reasons = nodeaffinity.reasons(table, pod, rows)
+        if out is None:
+            out = label_reasons
+        else:
+            fill = np.equal(out, None)
+            out[fill] = label_reasons[fill]
+    if out is not None and np.equal(out, None).all():
+        return None
+    return out
+
+
+def eligible(view: NodeView, pod: Pod) -> np.ndarray:
+    """Per node: do the per-node checks (cordon, taints, selector, affinity) let ``pod`` in?
+
+    Independent of usage, so a planner can compute it once per member and reuse it.
+    """
+    reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
+    return np.ones(len(view.nodes), dtype=bool) if reasons is None else np.equal(reasons, None)
+
+
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
+                dtype=np.uint64)  # fmt: skip
+
+
+def _grouped(rows: np.ndarray, format_row: Callable[[np.ndarray], str]) -> list[str]:
+    """``format_row`` for each row of a 2-D array, computed once per distinct row.
+
+    Rows are grouped by a 64-bit mix of their values (a 1-D sort, much cheaper than sorting
+    rows); the grouping is verified, and exact row comparison takes over on a collision.
+    """
+    mix = _MIX if rows.shape[1] == len(_MIX) else np.resize(_MIX, rows.shape[1])
+    with np.errstate(over="ignore"):
+        keys = (rows.astype(np.uint64) * mix).sum(axis=1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    distinct = rows[first]
+    if not (distinct[inverse] == rows).all():
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    texts = np.array([format_row(row) for row in distinct] + [None], dtype=object)[:-1]
+    return texts[inverse.reshape(-1)].tolist()
+
+
+def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult:
+    """Decide every candidate in ``names`` for ``pod`` against ``view``.
+
+    Everything is computed for all candidates at once; reasons are formatted once per distinct
+    situation (taint group, free amounts), so a large cluster costs little more than a small one.
+    """
+    result = FilterResult()
+    if not names:
+        return result
+    names = list(names)
+    table = view.table
+    rows = table.rows(names)
+    known = rows >= 0
+    safe = np.where(known, rows, 0) if len(table.nodes) else rows
+    need = np.asarray(pod.requests, dtype=np.int64)
+    shape = pod.gpu_shape
+    devices_short = None
+    if len(table.nodes):
+        free = table.allocatable[safe] - view.used[safe]
+        fits = (free >= need).all(axis=1) & known
+        if shape[0]:
+            # Enough GPU in total is not enough: whole GPUs need fully free devices, a share
+            # needs one device with room.
+            devices_short = fits & ~view.gpu_fits(shape, safe)
+            fits &= ~devices_short
+    else:
+        free = np.zeros((len(names), 4), dtype=np.int64)
+        fits = np.zeros(len(names), dtype=bool)
+    checks = check_reasons(view, pod, safe) if len(table.nodes) else None
+    ok = fits if checks is None else fits & np.equal(checks, None)
+    if ok.all():
+        result.feasible = names
+        return result
+    result.feasible = list(compress(names, ok.tolist()))
+    unresolvable: dict[str, str] = {}
+    unknown = np.flatnonzero(~known)
+    if len(unknown):
+        unresolvable.update(dict.fromkeys([names[j] for j in unknown.tolist()], UNKNOWN_NODE))
+    if checks is not None:
+        bad = np.flatnonzero(known & np.not_equal(checks, None))
+        unresolvable.update(
+            zip([names[j] for j in bad.tolist()], checks[bad].tolist(), strict=True)
+        )
+    short = known & ~fits if checks is None else known & ~fits & np.equal(checks, None)
+    if devices_short is not None:
+        short &= ~devices_short
+    if short.any():
+        idx = np.flatnonzero(short)
+        alloc = table.allocatable[safe[idx]]
+        never = (alloc < need).any(axis=1)
+        requests = pod.requests
+        if never.any():
+            j = idx[never]
+            texts = _grouped(
+                resourcefit.short_only(alloc[never], need),
+                lambda row: resourcefit.too_big(requests, row),
+            )
+            unresolvable.update(zip([names[k] for k in j.tolist()], texts, strict=True))
+        if (~never).any():
+            j = idx[~never]
+            lacking = free[j]
+            texts = _grouped(
+                resourcefit.short_only(lacking, need),
+                lambda row: resourcefit.lacking(requests, row),
+            )
+            result.failed = dict(zip([names[k] for k in j.tolist()], texts, strict=True))
+    if devices_short is not None and devices_short.any():
+        j = np.flatnonzero(devices_short & (True if checks is None else np.equal(checks, None)))
+        texts = _grouped(view.gpu_free[safe[j]], lambda row: device_shortfall(shape, row.tolist()))
+        result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
+    result.unresolvable = unresolvable
+    return result

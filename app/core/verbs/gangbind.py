@@ -1,0 +1,210 @@
+"""Binding with the bind barrier: a gang's members bind together or not at all.
+
+kube-scheduler binds each pod in its own goroutine, so every member's bind call can wait. A
+member's bind waits (``app.core.verbs.barrier``) until every core member of its gang's plan has
+reached bind (or already holds its node); then all of them are bound at once. The wait is
+bounded (``timeout``, shorter than kube-scheduler's extender ``httpTimeout``): when it runs out,
+the waiting calls get an error but the members stay parked on their planned nodes, and are
+bound together with the rest when it arrives (the plan itself expires after its TTL). If a
+bind fails after others succeeded, the bound members are deleted (their controller recreates
+them) so no partial gang keeps GPUs.
+
+Runs on the server's event loop (one thread), so the barrier needs no lock; the binds
+themselves run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from app.core.cycle.planner import Planner
+from app.core.model.errors import GatewayError
+from app.core.model.gang import gang_spec
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import Gateway
+from app.core.verbs.barrier import Barrier
+from app.core.verbs.bind import Binder, BindOutcome
+
+log = logging.getLogger("muster.gangbind")
+
+
+@dataclass(frozen=True, slots=True)
+class BindRequest:
+    """One bind call kube-scheduler made."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What to do with a bind call.
+
+    ``kind``: ``"now"`` bind at once; ``"wait"`` wait at the barrier; ``"gang"`` the gang may
+    bind now, all of ``released`` together; ``"done"`` answer ``outcome`` right away.
+    """
+
+    kind: str
+    gang: str = ""
+    outcome: BindOutcome | None = None
+    released: tuple[BindRequest, ...] = ()
+
+
+class GangBinder:
+    """Binds non-gang pods at once and gang members through the barrier.
+
+    ``bind_gang`` and ``expire`` are the synchronous core, shared with the simulator; ``bind``
+    is the async entry point the HTTP handler awaits.
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        planner: Planner,
+        binder: Binder,
+        gateway: Gateway,
+        *,
+        timeout: float = 4.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cache = cache
+        self._planner = planner
+        self._binder = binder
+        self._gateway = gateway
+        self._clock = clock
+        self.barrier: Barrier[BindRequest] = Barrier(timeout)
+        self._futures: dict[str, asyncio.Future[BindOutcome]] = {}
+
+    @property
+    def waiting(self) -> dict[str, int]:
+        """Gang -> members waiting at the barrier now."""
+        return self.barrier.waiting()
+
+    # -- synchronous core ------------------------------------------------------------------
+
+    def admit(self, request: BindRequest) -> Admission:
+        """Decide what to do with a bind call (see ``Admission``); records barrier arrivals."""
+        pod = self._cache.pod(request.uid)
+        spec = gang_spec(pod) if pod is not None else None
+        if spec is None:
+            return Admission("now")
+        plan = self._planner.plan(spec.key)
+        who = f"{request.namespace}/{request.name}"
+        if plan is None or request.uid not in plan.members:
+            if plan is None:
+                self.barrier.take(spec.key)
+            why = f"gang {spec.key}: {who} has no plan (released or expired); it is planned again"
+            return Admission("done", spec.key, BindOutcome(why, "NoPlan"))
+        planned = plan.members[request.uid]
+        if planned != request.node:
+            why = f"gang {spec.key}: {who} is planned on {planned}, not {request.node}"
+            return Admission("done", spec.key, BindOutcome(why, "NotPlanned"))
+        if plan.released:
+            return Admission("now", spec.key)
+        snapshot = self._cache.snapshot()
+
+        def holds(uid: str) -> bool:
+            member = snapshot.pods.get(uid)
+            return member is not None and snapshot.holds_node(member)
+
+        ready = self.barrier.arrive(plan, request.uid, request, self._clock(), holds)
+        if ready is None:
+            return Admission("wait", spec.key)
+        self._planner.mark_released(spec.key)
+        return Admission("gang", spec.key, released=tuple(ready))
+
+    def bind_one(self, request: BindRequest) -> BindOutcome:
+        """Bind one pod now."""
+        return self._binder.bind(request.namespace, request.name, request.uid, request.node)
+
+    def finish_gang(
+        self, gang: str, requests: Sequence[BindRequest], outcomes: Sequence[BindOutcome]
+    ) -> list[BindOutcome]:
+        """After binding a released gang: roll back if any bind failed; the final answers."""
+        failed = [(r, o) for r, o in zip(requests, outcomes, strict=True) if o.error]
+        if not failed:
+            return list(outcomes)
+        first, why = failed[0]
+        reason = (
+            f"gang {gang} rolled back: {first.namespace}/{first.name} failed to bind ({why.error})"
+        )
+        log.warning("%s", reason)
+        for request, outcome in zip(requests, outcomes, strict=True):
+            if not outcome.error:
+                self._roll_back(request, reason)
+        self._planner.release(gang, reason)
+        return [BindOutcome(reason, "RolledBack") for _ in requests]
+
+    def expire(self) -> list[tuple[BindRequest, BindOutcome]]:
+        """Answer every bind call whose barrier wait ran out; the members stay planned and
+        parked, and are bound with the rest of their gang once it arrives. Rooms of gangs that
+        lost their plan are dropped."""
+        for gang in self.barrier.gangs():
+            if self._planner.plan(gang) is None:
+                self.barrier.take(gang)
+        answers = []
+        arrived = self.barrier.waiting()
+        for gang, items in self.barrier.expire(self._clock()):
+            plan = self._planner.plan(gang)
+            need = len(plan.core) if plan else "?"
+            reason = (
+                f"gang {gang}: {arrived.get(gang, len(items))} of {need} members reached bind "
+                f"within {self.barrier.timeout:g}s; they keep their planned nodes and are bound "
+                "together with the rest"
+            )
+            answers.extend((r, BindOutcome(reason, "BarrierTimeout")) for r in items)
+        return answers
+
+    def _roll_back(self, request: BindRequest, reason: str) -> None:
+        try:
+            self._gateway.delete_pod(request.namespace, request.name, request.uid)
+            self._gateway.event(
+                request.namespace, request.name, request.uid, "GangRolledBack", reason, "Warning"
+            )
+        except GatewayError as exc:
+            log.error("rolling back %s/%s failed: %s", request.namespace, request.name, exc)
+
+    # -- async entry point -----------------------------------------------------------------
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind one pod; for a gang member, only together with its gang."""
+        request = BindRequest(namespace, name, uid, node)
+        admission = self.admit(request)
+        if admission.outcome is not None:
+            return admission.outcome
+        if admission.kind == "now":
+            if not getattr(self._gateway, "blocking", True):
+                return self.bind_one(request)  # in-memory: no I/O, no thread hop
+            return await asyncio.to_thread(self.bind_one, request)
+        future: asyncio.Future[BindOutcome] = asyncio.get_running_loop().create_future()
+        replaced = self._futures.pop(uid, None)
+        if replaced is not None and not replaced.done():
+            replaced.set_result(BindOutcome("superseded by a newer bind call", "Superseded"))
+        self._futures[uid] = future
+        if admission.kind == "gang":
+            requests = list(admission.released)
+            outcomes = await asyncio.gather(
+                *(asyncio.to_thread(self.bind_one, r) for r in requests)
+            )
+            answers = self.finish_gang(admission.gang, requests, outcomes)
+            for done, answer in zip(requests, answers, strict=True):
+                self._answer(done.uid, answer)
+        else:
+            deadline = self.barrier.deadline(admission.gang) or self._clock()
+            try:
+                await asyncio.wait_for(asyncio.shield(future), max(deadline - self._clock(), 0))
+            except TimeoutError:
+                for late, answer in self.expire():
+                    self._answer(late.uid, answer)
+        return await future
+
+    def _answer(self, uid: str, outcome: BindOutcome) -> None:
+        future = self._futures.pop(uid, None)
+        if future is not None and not future.done():
+            future.set_result(outcome)

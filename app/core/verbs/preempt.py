@@ -1,0 +1,116 @@
+"""The preempt verb's decision (foundation version).
+
+kube-scheduler proposes, per candidate node, the pods it would evict. Muster keeps a node only
+if evicting those victims frees enough GPUs for the pod — in total and on the right devices
+(whole free devices, or one device with room for a share) — since kube-scheduler does not
+count GPUs itself when the extender owns them (``ignoredByScheduler``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.core.actions.victims import min_runtime_of
+from app.core.gpu.ledger import fits_mask
+from app.core.model.gang import gang_spec
+from app.core.model.values import Pod
+from app.core.state.cache import NodeView, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """Pods kube-scheduler proposes to evict on one node."""
+
+    uids: tuple[str, ...]
+    num_pdb_violations: int = 0
+
+
+def gpus_freed(snapshot: Snapshot, node: str, uids: Sequence[str], given: Mapping[str, Pod]) -> int:
+    """Milli-GPUs the victims hold on ``node`` (pods from the request fill cache gaps)."""
+    total = 0
+    for uid in uids:
+        pod = snapshot.pods.get(uid) or given.get(uid)
+        if pod is not None and snapshot.placement.get(uid, pod.node_name) == node:
+            total += pod.requests.gpu
+    return total
+
+
+def filter_candidates(
+    snapshot: Snapshot,
+    pod: Pod,
+    candidates: Mapping[str, Victims],
+    given: Mapping[str, Pod] | None = None,
+    *,
+    min_runtime: float = 0.0,
+    now: float | None = None,
+) -> dict[str, Victims]:
+    """The candidates on which evicting the proposed victims lets the pod's GPUs fit.
+
+    A node is dropped when its victims hold only part of a gang (the rest would sit idle on
+    other nodes; whole-gang preemption is the planner's business), or include a pod Muster
+    protects (younger than its ``muster.io/min-runtime``; gang members default to
+    ``min_runtime``).
+    """
+    view: NodeView = snapshot.view
+    given = given or {}
+    now = time.time() if now is None else now
+    kept: dict[str, Victims] = {}
+    for node, victims in candidates.items():
+        if node not in view.index:
+            continue
+        if _splits_a_gang(snapshot, given, victims.uids) or _protected(
+            snapshot, given, victims.uids, min_runtime, now
+        ):
+            continue
+        free = view.free_of(node).gpu + gpus_freed(snapshot, node, victims.uids, given)
+        if free >= pod.requests.gpu and _devices_fit(snapshot, pod, node, victims.uids):
+            kept[node] = victims
+    return kept
+
+
+def _devices_fit(snapshot: Snapshot, pod: Pod, node: str, uids: Sequence[str]) -> bool:
+    """Whether the pod's GPU shape (whole devices, or a share of one) fits ``node``'s devices
+    once the cached victims are gone (enough GPU in total is not enough)."""
+    shape = pod.gpu_shape
+    if not shape[0] or any(uid not in snapshot.pods for uid in uids):
+        return True  # victims the cache does not know yet: only their totals can be judged
+    free = snapshot.view.gpu_free[snapshot.view.index[node]].copy()
+    for uid in set(uids):
+        held = snapshot.devices.get(uid)
+        if held is not None and held.node == node:
+            free[list(held.devices)] += held.milli
+    return bool(fits_mask(free[None, :], shape)[0])
+
+
+def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str]) -> bool:
+    proposed: dict[str, set[str]] = {}
+    for uid in uids:
+        pod = snapshot.pods.get(uid) or given.get(uid)
+        spec = gang_spec(pod) if pod is not None else None
+        if spec is not None:
+            proposed.setdefault(spec.key, set()).add(uid)
+    for gang, chosen in proposed.items():
+        members = {
+            uid
+            for uid, key in snapshot.gang_members.items()
+            if key == gang and snapshot.holds_node(snapshot.pods[uid])
+        }
+        if not members <= chosen:
+            return True
+    return False
+
+
+def _protected(
+    snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str], default: float, now: float
+) -> bool:
+    for uid in uids:
+        pod = snapshot.pods.get(uid) or given.get(uid)
+        if pod is None:
+            continue
+        started = pod.started or snapshot.bound_at.get(uid, now)
+        floor = default if gang_spec(pod) is not None else 0.0
+        if now - started < min_runtime_of([pod], floor):
+            return True
+    return False
