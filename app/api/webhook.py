@@ -31,13 +31,13 @@ from app.core.admission.pods import (
     GangPods,
     NamespaceMeta,
     OwnerFetch,
-    Verdict,
     agreed_min_member,
     mutate,
     validate,
 )
 from app.core.admission.workloads import WorkloadKind
 from app.core.model.errors import InvalidInput
+from app.core.model.status import Status
 from app.core.model.values import Pod
 from app.services import Services
 
@@ -250,7 +250,7 @@ async def mutate_pod(request: Request) -> Response:
     return _answer(req.uid, patch=decision.patch, warnings=decision.warnings)
 
 
-def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Verdict:
+def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> Status:
     return validate(pod, req.namespace, _gang_pods(services), admission_config(services))
 
 
@@ -267,6 +267,6 @@ async def validate_pod(request: Request) -> Response:
     except Exception:
         log.exception("validating webhook failed on a pod in %s; allowed", req.namespace)
         return _answer(req.uid, warnings=[f"{_INTERNAL}; the pod was not checked"])
-    if not verdict.allowed:
-        log.info("refused pod in %s: %s", req.namespace, verdict.message)
-    return _answer(req.uid, denied=verdict.message)
+    if not verdict.ok:
+        log.info("refused pod in %s: %s", req.namespace, verdict.reason)
+    return _answer(req.uid, denied=verdict.reason)

@@ -198,26 +198,26 @@ class MusterPolicy:
         self._clock.after(self._config.bind_latency, self._bind, request, done)
 
     def _bind(self, request: BindRequest, done: BindDone) -> None:
-        admission = self.binder.admit(request)
-        if admission.outcome is not None:
-            done(request.uid, admission.outcome.error)
+        ticket = self.binder.admit(request)
+        if ticket.outcome is not None:
+            done(request.uid, ticket.outcome.error)
             return
-        if admission.kind == "now":
+        if ticket.status.ok and not ticket.released:
             done(request.uid, self.binder.bind_one(request).error)
             return
         replaced = self._waiting.pop(request.uid, None)
         if replaced is not None:
             replaced[1](request.uid, "superseded by a newer bind call")
         self._waiting[request.uid] = (request, done)
-        if admission.kind == "wait":
-            deadline = self.binder.barrier.deadline(admission.gang)
+        if not ticket.status.ok:
+            deadline = self.binder.barrier.deadline(ticket.gang)
             if deadline is not None and deadline not in self._expiry_checks:
                 self._expiry_checks.add(deadline)
                 self._clock.at(deadline, self._expire, deadline)
             return
-        requests = list(admission.released)
+        requests = list(ticket.released)
         outcomes = [self.binder.bind_one(r) for r in requests]
-        answers = self.binder.finish_gang(admission.gang, requests, outcomes)
+        answers = self.binder.finish_gang(ticket.gang, requests, outcomes)
         if any(a.reason == "RolledBack" for a in answers):
             self.rollbacks += 1
         for released, answer in zip(requests, answers, strict=True):

@@ -781,8 +781,8 @@ VCASES = [
 def test_validate(case: VCase) -> None:
     request = review(case.pod)["request"]
     verdict = validate(request["object"], request["namespace"], lambda ns, g: case.members, CONFIG)
-    assert verdict.allowed == (not case.rejected), verdict.message
-    assert case.rejected in verdict.message
+    assert verdict.ok == (not case.rejected), verdict.reason
+    assert case.rejected in verdict.reason
 
 
 def test_agreed_min_member() -> None:

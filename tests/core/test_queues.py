@@ -10,6 +10,7 @@ import pytest
 
 from app.core.model.errors import InvalidInput
 from app.core.model.queues import parse_queue_config
+from app.core.model.status import Code
 from app.core.policies.drf import deserved, dominant_share, order_key
 from app.core.policies.proportion import admit
 from app.core.state.queuefile import QueueFile
@@ -119,12 +120,15 @@ ADMIT = [
 
 @pytest.mark.parametrize(("held", "queue", "demand", "reason"), ADMIT)
 def test_admission(held: dict, queue: str, demand: int, reason: str) -> None:
-    assert admit(usage_of(TREE, held), queue, gpus(demand)) == reason
+    status = admit(usage_of(TREE, held), queue, gpus(demand))
+    assert status.reason == reason
+    expected = Code.SUCCESS if not reason else Code.UNSCHEDULABLE
+    assert status.code is (Code.UNRESOLVABLE if "does not exist" in reason else expected)
 
 
 def test_full_cluster_is_left_to_placement_not_called_quota() -> None:
     config = "queues: [{name: default}]"
-    assert admit(usage_of(config, {"default": 64}), "default", gpus(8)) == ""
+    assert admit(usage_of(config, {"default": 64}), "default", gpus(8)).ok
 
 
 def test_drf_orders_by_weighted_dominant_share_top_down() -> None:

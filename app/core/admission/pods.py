@@ -57,6 +57,7 @@ from app.core.model.errors import InvalidInput
 from app.core.model.gang import gang_spec
 from app.core.model.parse import gpu_fraction
 from app.core.model.quantity import parse_milli
+from app.core.model.status import SUCCESS, Status
 from app.core.model.values import GPU, Pod, Resources
 
 #: Schedulers whose pods Muster takes over: the default one, and the batch schedulers whose
@@ -140,14 +141,6 @@ class Admission:
     skipped: str = ""
     reason: str = ""
     values: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The validating decision; ``message`` says why a pod is rejected."""
-
-    allowed: bool
-    message: str = ""
 
 
 # -- reading the pod --------------------------------------------------------------------------
@@ -602,7 +595,7 @@ def agreed_min_member(pods: Iterable[Pod], namespace: str, group: str) -> int | 
 GangPods = Callable[[str, str], Iterable[Pod]]
 
 
-def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfig) -> Verdict:
+def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfig) -> Status:
     """Reject a pod whose gang metadata contradicts itself or its gang's live members.
 
     Rejected: a GPU share (``muster.io/gpu-fraction``) outside (0, 1] or combined with an
@@ -613,20 +606,20 @@ def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfi
     """
     p = _read(pod, namespace)
     if p.namespace in config.excluded_namespaces:
-        return Verdict(True)
+        return SUCCESS
     scheduler = _str(p.spec.get("schedulerName"), "request.object.spec.schedulerName")
     if scheduler and scheduler != config.scheduler_name and scheduler not in config.take_over:
-        return Verdict(True)  # another scheduler's pod: its metadata is not Muster's to judge
+        return SUCCESS  # another scheduler's pod: its metadata is not Muster's to judge
     try:
         gpu_fraction(p.labels, p.annotations, Resources(gpu=1000 if requests_gpu(p.spec) else 0))
     except InvalidInput as exc:
-        return Verdict(False, f"metadata.{exc.field}: {exc.problem}")
+        return Status.unresolvable(f"metadata.{exc.field}: {exc.problem}")
     spec = gang_spec(_as_pod(p))
     if spec is None:
-        return Verdict(True)
+        return SUCCESS
     gang = f"gang {spec.key}"
     if spec.problem and not spec.problem.startswith(_NOT_GIVEN_MIN):
-        return Verdict(False, f"{gang}: {spec.problem}")
+        return Status.unresolvable(f"{gang}: {spec.problem}")
     others = live_members(members(p.namespace, spec.name), p.namespace, spec.name, exclude=p.uid)
     for what, mine in (("min-member", spec.min_member), ("max-member", spec.max_member)):
         if mine is None:
@@ -639,9 +632,8 @@ def validate(pod: Any, namespace: str, members: GangPods, config: AdmissionConfi
                 theirs[value] = theirs.get(value, 0) + 1
         if theirs and mine not in theirs:
             said = ", ".join(f"{n} say {v}" for v, n in sorted(theirs.items()))
-            return Verdict(
-                False,
+            return Status.unresolvable(
                 f"{gang}: this pod says {what} {mine} but the gang's live members disagree "
                 f"({said}); give every member the same {what}",
             )
-    return Verdict(True)
+    return SUCCESS

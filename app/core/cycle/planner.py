@@ -34,6 +34,7 @@ from app.core.actions.backfill import Reservation, may_backfill, reserve_for
 from app.core.actions.victims import Unit, running_units
 from app.core.model.gang import Gang, collect_gangs, gang_spec
 from app.core.model.queues import QueueConfig
+from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
 from app.core.policies.drf import order_key
 from app.core.policies.proportion import admit
@@ -249,12 +250,12 @@ class Planner:
             pending,
         )
 
-    def quota_check(self, pod: Pod) -> str:
-        """For a pod scheduled on its own: ``""`` if its queue admits it now, else why not."""
+    def quota_check(self, pod: Pod) -> Status:
+        """For a pod scheduled on its own: whether its queue admits it now (see ``admit``)."""
         config = self._queues.config
         queue = queue_name(pod, config, self._scheduler_name)
         if queue is None:
-            return ""
+            return SUCCESS
         return admit(self.usage(), queue, demand_of([pod]))
 
     def replan_member(self, pod: Pod, candidates: Sequence[str]) -> Verdict:
@@ -279,7 +280,7 @@ class Planner:
             allowed &= self._same_required_domain(view, spec.key, old)
             placed = allocate(view, [pod], strategy=self._strategy, allowed={pod.uid: allowed})
             node = placed.placed.get(pod.uid)
-            if node and not self._cache.reserve({pod.uid: node}):
+            if node and self._cache.reserve({pod.uid: node}).ok:
                 plan.members[pod.uid] = node
                 return Verdict(spec.key, node)
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
@@ -478,8 +479,8 @@ class Planner:
         core = gang.pending[:missing]
         demand = demand_of(core)
         blocked = admit(usage, queue, demand)
-        if blocked:
-            self._reasons[gang.key] = blocked
+        if not blocked.ok:
+            self._reasons[gang.key] = blocked.reason
             return False
         view = self._view_for(gang.key, core)
         allocation = self._allocate(view, core, gang)
@@ -500,9 +501,9 @@ class Planner:
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
             self._reasons[gang.key] = reason
             return False
-        why = self._cache.reserve(allocation.placed)
-        if why:
-            self._reasons[gang.key] = f"plan could not be reserved ({why}); retrying"
+        reserved = self._cache.reserve(allocation.placed)
+        if not reserved.ok:
+            self._reasons[gang.key] = f"plan could not be reserved ({reserved}); retrying"
             return False
         usage.add(queue, demand)
         ttl = gang.timeout or self._plan_ttl
@@ -684,12 +685,12 @@ class Planner:
         )
         extras = [p for p in gang.pending if p.uid not in planned][: max(room, 0)]
         for pod in extras:
-            if admit(usage, queue, demand_of([pod])):
+            if not admit(usage, queue, demand_of([pod])).ok:
                 self._reasons[gang.key] = "elastic members wait for quota"
                 break
             allocation = allocate(self._cache.view(), [pod], strategy=self._strategy)
             node = allocation.placed.get(pod.uid)
-            if not node or self._cache.reserve({pod.uid: node}):
+            if not node or not self._cache.reserve({pod.uid: node}).ok:
                 self._reasons[gang.key] = "elastic members wait for free capacity"
                 break
             if plan is None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from app.core.gpu.ask import MILLI, GpuAsk, device_choices
 from app.core.gpu.links import choose_devices, topology_of
+from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Node, Pod
 
 
@@ -196,8 +197,8 @@ class DeviceLedger:
         free = (self._cap[i] - self._used[i]).tolist()[: device_count(self._nodes[i])]
         return default_choice(self._nodes[i], free, pod.gpu_shape)
 
-    def check_all(self, node: str, pods: Sequence[Pod]) -> str:
-        """Why ``pods`` would not all get devices on ``node`` now ("" if they would)."""
+    def check_all(self, node: str, pods: Sequence[Pod]) -> Status:
+        """Whether ``pods`` would all get devices on ``node`` now (``UNSCHEDULABLE``: why not)."""
         free = self.free_row(node)
         for pod in sorted(pods, key=lambda p: (-p.gpu_shape[1], -p.gpu_shape[0])):
             shape = pod.gpu_shape
@@ -206,10 +207,10 @@ class DeviceLedger:
             i = self._index[node]
             chosen = default_choice(self._nodes[i], free, shape)
             if chosen is None:
-                return device_shortfall(shape, free)
+                return Status.unschedulable(device_shortfall(shape, free))
             for d in chosen:
                 free[d] -= shape[1]
-        return ""
+        return SUCCESS
 
     def free_row(self, node: str) -> list[int]:
         """Free milli per device of ``node`` (empty for an unknown node)."""

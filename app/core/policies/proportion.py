@@ -20,6 +20,7 @@ import numpy as np
 
 from app.core.model.quantity import format_milli
 from app.core.model.queues import UNLIMITED, Queue
+from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES
 from app.core.state.queueusage import QueueUsage
 
@@ -57,20 +58,22 @@ def borrowable(
     return pool - borrowed
 
 
-def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> str:
-    """``""`` if ``demand`` may start in ``queue`` now, else why not (naming queue and resource).
+def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
+    """Whether ``demand`` may start in ``queue`` now; if not, why (naming queue and resource):
+    ``"queue research: nvidia.com/gpu 32/32 at limit (needs 8)"``.
 
-    ``"queue research: nvidia.com/gpu 32/32 at limit (needs 8)"``
+    ``UNRESOLVABLE`` for a queue that does not exist, ``UNSCHEDULABLE`` for a limit or
+    guarantee that usage must fall below first.
     """
     config = usage.config
     if queue not in config.queues:
-        return f"queue {queue} does not exist"
+        return Status.unresolvable(f"queue {queue} does not exist")
     for q in config.path(queue):
         held = usage.of(q.name)
         for k in range(4):
             limit = q.limit[k]
             if limit < UNLIMITED and held[k] + demand[k] > limit:
-                return (
+                return Status.unschedulable(
                     f"queue {q.name}: {RESOURCE_NAMES[k]} {_fmt(k, held[k])}/{_fmt(k, limit)} "
                     f"at limit (needs {_fmt(k, demand[k])})"
                 )
@@ -78,10 +81,10 @@ def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> str:
     held = usage.of(queue)
     over = held + demand - np.asarray(leaf.guaranteed, np.int64)
     if not (over > 0).any():
-        return ""
+        return SUCCESS
     if not leaf.borrowing:
         k = int(np.argmax(over > 0))
-        return (
+        return Status.unschedulable(
             f"queue {queue}: {RESOURCE_NAMES[k]} would exceed its guaranteed "
             f"{_fmt(k, leaf.guaranteed[k])} and the queue does not borrow"
         )
@@ -92,12 +95,12 @@ def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> str:
     if short.any():
         k = int(np.argmax(short))
         before = borrowable(usage)[k]
-        return (
+        return Status.unschedulable(
             f"queue {queue}: {RESOURCE_NAMES[k]} above its guaranteed "
             f"{_fmt(k, leaf.guaranteed[k])} and only {_fmt(k, max(before, 0))} is lent by "
             f"other queues (needs {_fmt(k, demand[k])})"
         )
-    return ""
+    return SUCCESS
 
 
 def ledger(usage: QueueUsage) -> dict[str, tuple[np.ndarray, np.ndarray]]:

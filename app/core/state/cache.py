@@ -25,6 +25,7 @@ from app.core.model import labels
 from app.core.model.errors import BindRejected
 from app.core.model.gang import gang_spec
 from app.core.model.quantity import format_milli
+from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
 from app.core.state.nodetable import NodeTable
 
@@ -467,13 +468,13 @@ class ClusterCache:
             if pod is not None and pod.node_name != node:
                 self._upsert_pod(replace(pod, node_name=node))
 
-    def reserve(self, placements: Mapping[str, str], *, force: bool = False) -> str:
+    def reserve(self, placements: Mapping[str, str], *, force: bool = False) -> Status:
         """Hold room for a plan: count each pod (uid -> node) against its node, all or none.
 
-        Returns ``""`` on success, else why nothing was reserved (a node is gone or no longer
-        has room). Pods already holding their node are left as they are. ``force`` reserves
-        even where room is still taken (by victims being evicted for this very plan), so
-        nothing else can take the room they free.
+        Returns ``SUCCESS``, else why nothing was reserved: ``UNRESOLVABLE`` when a pod or node
+        is gone, ``UNSCHEDULABLE`` when a node no longer has room. Pods already holding their
+        node are left as they are. ``force`` reserves even where room is still taken (by
+        victims being evicted for this very plan), so nothing else can take the room they free.
         """
         with self._lock:
             needed: dict[int, np.ndarray] = {}
@@ -481,12 +482,12 @@ class ClusterCache:
             for uid, node in placements.items():
                 pod = self._pods.get(uid)
                 if pod is None:
-                    return f"pod {uid} is gone"
+                    return Status.unresolvable(f"pod {uid} is gone")
                 if pod.node_name or uid in self._assumed or self._placement.get(uid) == node:
                     continue
                 i = self._index.get(node)
                 if i is None:
-                    return f"node {node} is gone"
+                    return Status.unresolvable(f"node {node} is gone")
                 needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
                 todo.append((uid, node, i))
             for i, need in needed.items():
@@ -495,10 +496,11 @@ class ClusterCache:
                 free = self._alloc[i] - self._used[i]
                 node = self._nodes[i].name
                 if (need > free).any():
-                    return f"node {node} no longer has room: {shortfall(Resources(*need), free)}"
-                why = self._devices.check_all(node, [self._pods[u] for u, _, j in todo if j == i])
-                if why:
-                    return f"node {node} no longer has room: {why}"
+                    why = shortfall(Resources(*need), free)
+                    return Status.unschedulable(f"node {node} no longer has room: {why}")
+                fit = self._devices.check_all(node, [self._pods[u] for u, _, j in todo if j == i])
+                if not fit.ok:
+                    return fit.prefixed(f"node {node} no longer has room: ")
             for uid, node, _ in todo:
                 if uid in self._reserved:
                     self._unreserve(uid)
@@ -507,7 +509,7 @@ class ClusterCache:
                 self._move(uid, pod.requests, pod.requests, node)
             if todo:
                 self._bump()
-            return ""
+            return SUCCESS
 
     def unreserve(self, uids: Iterable[str]) -> None:
         """Release plan reservations (pods already bound or binding keep their node)."""

@@ -77,9 +77,9 @@ class Extender:
             self.gpu.observe(pod)
         verdict = self.planner.verdict(pod)
         if not verdict.gang:
-            blocked = self.planner.quota_check(pod)
-            if blocked:
-                return FilterResult(unresolvable=dict.fromkeys(names, blocked))
+            quota = self.planner.quota_check(pod)
+            if not quota.ok:
+                return FilterResult(unresolvable=dict.fromkeys(names, quota.reason))
             backfill = self.planner.backfill_ok(pod)
             view = self.cache.backfill_view() if backfill else self.cache.view()
             return filter_nodes(view, pod, names)

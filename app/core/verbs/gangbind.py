@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from app.core.cycle.planner import Planner
 from app.core.model.errors import GatewayError
 from app.core.model.gang import gang_spec
+from app.core.model.status import SUCCESS, Status
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
 from app.core.verbs.barrier import Barrier
@@ -43,14 +44,15 @@ class BindRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
-    """What to do with a bind call.
+class BindTicket:
+    """What to do with a bind call, by ``status.code``.
 
-    ``kind``: ``"now"`` bind at once; ``"wait"`` wait at the barrier; ``"gang"`` the gang may
-    bind now, all of ``released`` together; ``"done"`` answer ``outcome`` right away.
+    ``SUCCESS``: bind now, this pod alone, or (``released`` not empty) every released member
+    of the gang together; ``WAIT``: wait at the barrier; ``UNSCHEDULABLE``: answer ``outcome``
+    right away (no plan, or planned on another node).
     """
 
-    kind: str
+    status: Status
     gang: str = ""
     outcome: BindOutcome | None = None
     released: tuple[BindRequest, ...] = ()
@@ -88,25 +90,26 @@ class GangBinder:
 
     # -- synchronous core ------------------------------------------------------------------
 
-    def admit(self, request: BindRequest) -> Admission:
-        """Decide what to do with a bind call (see ``Admission``); records barrier arrivals."""
+    def admit(self, request: BindRequest) -> BindTicket:
+        """Decide what to do with a bind call (see ``BindTicket``); records barrier arrivals."""
         pod = self._cache.pod(request.uid)
         spec = gang_spec(pod) if pod is not None else None
         if spec is None:
-            return Admission("now")
+            return BindTicket(SUCCESS)
         plan = self._planner.plan(spec.key)
         who = f"{request.namespace}/{request.name}"
         if plan is None or request.uid not in plan.members:
             if plan is None:
                 self.barrier.take(spec.key)
             why = f"gang {spec.key}: {who} has no plan (released or expired); it is planned again"
-            return Admission("done", spec.key, BindOutcome(why, "NoPlan"))
+            return BindTicket(Status.unschedulable(why), spec.key, BindOutcome(why, "NoPlan"))
         planned = plan.members[request.uid]
         if planned != request.node:
             why = f"gang {spec.key}: {who} is planned on {planned}, not {request.node}"
-            return Admission("done", spec.key, BindOutcome(why, "NotPlanned"))
+            outcome = BindOutcome(why, "NotPlanned")
+            return BindTicket(Status.unschedulable(why), spec.key, outcome)
         if plan.released:
-            return Admission("now", spec.key)
+            return BindTicket(SUCCESS, spec.key)
         snapshot = self._cache.snapshot()
 
         def holds(uid: str) -> bool:
@@ -115,9 +118,9 @@ class GangBinder:
 
         ready = self.barrier.arrive(plan, request.uid, request, self._clock(), holds)
         if ready is None:
-            return Admission("wait", spec.key)
+            return BindTicket(Status.wait(f"gang {spec.key}: waiting for members"), spec.key)
         self._planner.mark_released(spec.key)
-        return Admission("gang", spec.key, released=tuple(ready))
+        return BindTicket(SUCCESS, spec.key, released=tuple(ready))
 
     def bind_one(self, request: BindRequest) -> BindOutcome:
         """Bind one pod now."""
@@ -175,10 +178,10 @@ class GangBinder:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind one pod; for a gang member, only together with its gang."""
         request = BindRequest(namespace, name, uid, node)
-        admission = self.admit(request)
-        if admission.outcome is not None:
-            return admission.outcome
-        if admission.kind == "now":
+        ticket = self.admit(request)
+        if ticket.outcome is not None:
+            return ticket.outcome
+        if ticket.status.ok and not ticket.released:
             if not getattr(self._gateway, "blocking", True):
                 return self.bind_one(request)  # in-memory: no I/O, no thread hop
             return await asyncio.to_thread(self.bind_one, request)
@@ -187,16 +190,16 @@ class GangBinder:
         if replaced is not None and not replaced.done():
             replaced.set_result(BindOutcome("superseded by a newer bind call", "Superseded"))
         self._futures[uid] = future
-        if admission.kind == "gang":
-            requests = list(admission.released)
+        if ticket.status.ok:
+            requests = list(ticket.released)
             outcomes = await asyncio.gather(
                 *(asyncio.to_thread(self.bind_one, r) for r in requests)
             )
-            answers = self.finish_gang(admission.gang, requests, outcomes)
+            answers = self.finish_gang(ticket.gang, requests, outcomes)
             for done, answer in zip(requests, answers, strict=True):
                 self._answer(done.uid, answer)
         else:
-            deadline = self.barrier.deadline(admission.gang) or self._clock()
+            deadline = self.barrier.deadline(ticket.gang) or self._clock()
             try:
                 await asyncio.wait_for(asyncio.shield(future), max(deadline - self._clock(), 0))
             except TimeoutError:
