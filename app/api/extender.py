@@ -13,8 +13,8 @@ from app.api.errors import BadRequest, invalid, parse_body
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.model.values import Node, Pod
-from app.core.verbs.preempt import Victims
 from app.core.verbs.prioritize import Ranking
+from app.core.verbs.victimcheck import Victims
 from app.services import Services
 
 router = APIRouter(tags=["extender"])

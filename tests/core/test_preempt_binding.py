@@ -6,7 +6,7 @@ from app.core.model.errors import GatewayError
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.bind import Binder
-from app.core.verbs.preempt import Victims, filter_candidates
+from app.core.verbs.victimcheck import Victims, filter_candidates
 from tests.factories import node, pod
 
 

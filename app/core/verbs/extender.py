@@ -24,7 +24,7 @@ from app.core.model.values import Node, Pod
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
-from app.core.verbs import preempt
+from app.core.verbs import victimcheck
 from app.core.verbs.bind import Binder, BindOutcome
 from app.core.verbs.filter import FilterResult, filter_nodes
 from app.core.verbs.gangbind import GangBinder
@@ -122,7 +122,7 @@ class Extender:
         pod = self.cache.learn_pod(pod)
         if gang_spec(pod) is not None:
             return {}
-        return preempt.filter_candidates(
+        return victimcheck.filter_candidates(
             self.cache.snapshot(), pod, candidates, given, min_runtime=self.planner.min_runtime
         )
 

@@ -1,4 +1,4 @@
-"""The preempt verb's decision (foundation version).
+"""The preempt verb's check of kube-scheduler's victims (foundation version).
 
 kube-scheduler proposes, per candidate node, the pods it would evict. Muster keeps a node only
 if evicting those victims frees enough GPUs for the pod — in total and on the right devices
