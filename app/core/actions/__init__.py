@@ -1,1 +1,5 @@
-"""Planner actions, one verb per module: what a scheduling cycle does to pending work."""
+"""Actions: verbs a scheduling cycle applies to a view of the cluster (allocate a gang,
+allocate inside one topology domain, backfill, preempt, reclaim) and the victim units they evict.
+
+May import ``model``, ``gpu``, ``state`` and ``policies``.
+"""

@@ -17,9 +17,8 @@ import numpy as np
 
 from app.core.gpu.ledger import default_choice, device_count, fits_mask
 from app.core.model.values import Pod, Resources
+from app.core.policies.registry import eligible, scorer
 from app.core.state.cache import NodeView, shortfall
-from app.core.verbs.filter import eligible
-from app.core.verbs.prioritize import STRATEGIES
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
 _LOCALITY = 0.5
@@ -50,7 +49,7 @@ def allocate(
     if not len(view.nodes):
         result.unplaced = list(members)
         return result
-    scorer = STRATEGIES[strategy]
+    policy = scorer(strategy)
     used = view.used.copy()
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)
@@ -76,7 +75,7 @@ def allocate(
             result.unplaced.append(pod)
             continue
         rows = all_rows[ok]
-        scores = scorer(working, rows, pod.requests) + _LOCALITY * chosen[rows]
+        scores = policy.score(working, rows, pod.requests) + _LOCALITY * chosen[rows]
         row = int(rows[int(np.argmax(scores))])
         used[row] += need
         if shape[0]:

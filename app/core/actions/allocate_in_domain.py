@@ -43,9 +43,9 @@ from app.core.actions.allocate import Allocation, allocate
 from app.core.model import labels
 from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Pod
+from app.core.policies.registry import eligible
 from app.core.state.cache import NodeView
 from app.core.state.domains import Ask, Tree
-from app.core.verbs.filter import eligible
 
 #: At most this many placements are tried per level (the pruning usually makes it one).
 MAX_TRIES = 16

@@ -1,6 +1,6 @@
-"""Scheduling policies, one per module, each named after what it decides.
+"""Policies: nouns, one per module, each named after what it decides and behind one of the
+small interfaces in ``interfaces`` (filters, scorers, queue order, quota); ``registry`` lists
+which run and in which order. GPU placement policies (``gpushare``, ``fgd``) rank devices.
 
-Filters answer "may this pod go to this node, and if not, why" (``resourcefit``, ``taints``,
-``nodeaffinity``, ``nodeunschedulable``); scorers rank feasible nodes 0-10 (``binpack``,
-``spread``). ``app.core.verbs.filter`` and ``app.core.verbs.prioritize`` run them in a fixed order.
+May import ``model``, ``gpu`` and ``state``.
 """

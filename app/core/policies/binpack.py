@@ -9,10 +9,19 @@ import numpy as np
 
 from app.core.model.values import Resources
 from app.core.policies.allocation import keeps_gpus_free, utilisation_after
+from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import NodeView
 
 
-def score(view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
-    """Integer scores 0-10 for nodes ``rows``."""
-    raw = utilisation_after(view, rows, requests) * keeps_gpus_free(view, rows, requests)
-    return np.rint(raw * 10).astype(np.int64)
+class BinPack:
+    """A ``Scorer``: the fuller the node after placement, the better."""
+
+    name = "binpack"
+
+    def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
+        """Integer scores 0..``MAX_NODE_SCORE`` for nodes ``rows``."""
+        raw = utilisation_after(view, rows, requests) * keeps_gpus_free(view, rows, requests)
+        return np.rint(raw * MAX_NODE_SCORE).astype(np.int64)
+
+
+POLICY = BinPack()

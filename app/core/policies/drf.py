@@ -71,3 +71,16 @@ def _split(usage: QueueUsage, parent: str, amount: np.ndarray, out: dict[str, np
     for q in kids:
         out[q.name] = share[q.name]
         _split(usage, q.name, share[q.name], out)
+
+
+class DominantResourceFairness:
+    """A ``QueueOrder``: weighted dominant-resource fairness, hierarchically (``order_key``)."""
+
+    name = "drf"
+
+    def key(self, usage: QueueUsage, queue: str) -> tuple[float, ...]:
+        """``order_key``: the queue furthest below its fair share goes first."""
+        return order_key(usage, queue)
+
+
+POLICY = DominantResourceFairness()

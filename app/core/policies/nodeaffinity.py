@@ -81,6 +81,27 @@ def _term_vector(term: SelectorTerm, table: NodeTable, rows: np.ndarray) -> np.n
     return ok
 
 
+class NodeAffinity:
+    """A ``LabelFilter``: ``spec.nodeSelector`` and required node affinity."""
+
+    name = "nodeaffinity"
+
+    def applies(self, pod: Pod) -> bool:
+        """Whether ``pod`` has a node selector or a required affinity."""
+        return bool(pod.node_selector) or pod.required_affinity is not None
+
+    def check(self, node: Node, pod: Pod) -> str | None:
+        """``None`` if ``node`` satisfies the pod's node selector and required affinity."""
+        return check(node, pod)
+
+    def reasons(self, table: NodeTable, pod: Pod, rows: np.ndarray) -> np.ndarray:
+        """``check`` for every row in ``rows`` at once: an object array (``None``: ok)."""
+        return reasons(table, pod, rows)
+
+
+POLICY = NodeAffinity()
+
+
 def reasons(table: NodeTable, pod: Pod, rows: np.ndarray) -> np.ndarray:
     """``check`` for every row in ``rows`` at once: an object array of reasons (``None``: ok)."""
     out = np.full(len(rows), None, dtype=object)

@@ -136,3 +136,16 @@ def ledger(usage: QueueUsage) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         )
         for q in queues
     }
+
+
+class Proportion:
+    """A ``QuotaCheck``: guarantees, limits and borrowing of the queue tree (``admit``)."""
+
+    name = "proportion"
+
+    def admit(self, usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
+        """``admit``: whether ``demand`` may start in ``queue`` now."""
+        return admit(usage, queue, demand)
+
+
+POLICY = Proportion()

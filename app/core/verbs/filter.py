@@ -19,7 +19,8 @@ import numpy as np
 
 from app.core.gpu.ledger import device_shortfall
 from app.core.model.values import Pod
-from app.core.policies import nodeaffinity, nodeunschedulable, resourcefit, taints
+from app.core.policies import resourcefit
+from app.core.policies.registry import check_reasons
 from app.core.state.cache import NodeView
 
 UNKNOWN_NODE = "unknown node"
@@ -32,49 +33,6 @@ class FilterResult:
     feasible: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
-
-
-def check_reasons(view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray | None:
-    """Per-node check failures for ``rows`` (object array, ``None`` where a node passes), or
-    ``None`` when every row passes.
-
-    Cordon and taint checks run once per group of nodes with the same taints; selector and
-    affinity run on label columns, all rows at once.
-    """
-    table = view.table
-    out: np.ndarray | None = None
-    if len(rows) and table.special.any():
-        groups, representatives = table.check_groups
-        wanted = groups[rows]
-        present = np.unique(wanted)
-        if present.any():
-            for group in present[present > 0].tolist():
-                node = representatives[group]
-                assert node is not None
-                why = nodeunschedulable.check(node, pod) or taints.check(node, pod)
-                if why is not None:
-                    if out is None:
-                        out = np.full(len(rows), None, dtype=object)
-                    out[wanted == group] = why
-    if pod.node_selector or pod.required_affinity is not None:
-        label_reasons = nodeaffinity.reasons(table, pod, rows)
-        if out is None:
-            out = label_reasons
-        else:
-            fill = np.equal(out, None)
-            out[fill] = label_reasons[fill]
-    if out is not None and np.equal(out, None).all():
-        return None
-    return out
-
-
-def eligible(view: NodeView, pod: Pod) -> np.ndarray:
-    """Per node: do the per-node checks (cordon, taints, selector, affinity) let ``pod`` in?
-
-    Independent of usage, so a planner can compute it once per member and reuse it.
-    """
-    reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
-    return np.ones(len(view.nodes), dtype=bool) if reasons is None else np.equal(reasons, None)
 
 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],

@@ -1,7 +1,8 @@
 """The prioritize verb's decision: a 0-10 score for every candidate node.
 
-The strategy is a named scorer from ``STRATEGIES``; every candidate gets a score (never just a
-winner), so kube-scheduler can still weigh its own plugins against Muster's ranking.
+The strategy names a scorer of ``app.core.policies.registry.STRATEGIES``; every candidate gets
+a score (never just a winner), so kube-scheduler can still weigh its own plugins against
+Muster's ranking.
 """
 
 from __future__ import annotations
@@ -11,20 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.model.values import Pod, Resources
-from app.core.policies import binpack, spread
+from app.core.model.values import Pod
+from app.core.policies.interfaces import MAX_NODE_SCORE
+from app.core.policies.registry import STRATEGIES, scorer
 from app.core.state.cache import NodeView
 from app.core.state.nodetable import NodeTable
 
-Scorer = Callable[[NodeView, np.ndarray, Resources], np.ndarray]
-#: ``muster`` (the default) ranks GPU pods with the live GPU placement policy
-#: (``app.core.policies.gpuplacement``) in the extender; everywhere else it packs like ``binpack``.
-STRATEGIES: dict[str, Scorer] = {
-    "muster": binpack.score,
-    "binpack": binpack.score,
-    "spread": spread.score,
-}
-MAX_SCORE = 10
+__all__ = ["MAX_SCORE", "STRATEGIES", "Ranking", "prioritize", "rank"]
+
+#: Re-exported for the verbs' callers: the strategies are defined in the policy registry.
+MAX_SCORE = MAX_NODE_SCORE
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +57,7 @@ def rank(
         return Ranking(names, rows, np.zeros(len(names), dtype=np.int64), view.table)
     known = rows >= 0
     safe = np.where(known, rows, 0)
-    scores = STRATEGIES[strategy](view, safe, pod.requests) if score is None else score(safe)
+    scores = scorer(strategy).score(view, safe, pod.requests) if score is None else score(safe)
     scores = np.where(known, np.clip(scores, 0, MAX_SCORE), 0)
     return Ranking(names, rows, scores, view.table)
 
