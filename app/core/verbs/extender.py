@@ -115,9 +115,9 @@ class Extender:
     def preempt(
         self,
         pod: Pod,
-        candidates: Mapping[str, preempt.Victims],
+        candidates: Mapping[str, victimcheck.Victims],
         given: Mapping[str, Pod] | None = None,
-    ) -> dict[str, preempt.Victims]:
+    ) -> dict[str, victimcheck.Victims]:
         """The candidate nodes (with their victims) on which preemption would let ``pod`` fit."""
         pod = self.cache.learn_pod(pod)
         if gang_spec(pod) is not None:
