@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{COMMIT[:12]}); the checksums are checked whatever it is",
     )
     args = parser.parse_args(argv)
-    dest: Path = args.dest or cache_dir()
+    dest: Path = args.dest.absolute() if args.dest else cache_dir()
     try:
         fetch(dest, args.source, args.ref)
     except (FetchError, OSError) as exc:  # OSError: dest cannot be written
