@@ -1,9 +1,10 @@
 """Locust load test: replay kube-scheduler's extender traffic against a standalone Muster server.
 
 Each simulated user is a scheduling loop like kube-scheduler's. Per pod (a fresh name and uid,
-based on the pod kube-scheduler v1.32 sent in fixtures/kube-scheduler-v1.32/filter-nodecache.json,
-requesting 0, 1, 2, 4 or 8 GPUs with matching cpu and memory, or -- one pod in
-``MUSTER_SHARES`` -- a share of one GPU by ``muster.io/gpu-fraction``):
+based on the pod kube-scheduler v1.32 sent in
+tests/fixtures/kube-scheduler-v1.32/filter-nodecache.json, requesting 0, 1, 2, 4 or 8 GPUs with
+matching cpu and memory, or -- one pod in ``MUSTER_SHARES`` -- a share of one GPU by
+``muster.io/gpu-fraction``):
 
 1. ``POST /filter`` with ``NodeNames`` = every node of the cluster file (or a random subset of
    ``MUSTER_CANDIDATES`` nodes);

@@ -98,7 +98,7 @@ _PRIORITIES = TypeAdapter(list[wire.HostPriorityDict])
 
 # -- payloads ------------------------------------------------------------------------------
 
-#: The pod of fixtures/kube-scheduler-v1.32/filter-nodecache.json (kubectl-created, 1 GPU),
+#: The pod of tests/fixtures/kube-scheduler-v1.32/filter-nodecache.json (kubectl-created, 1 GPU),
 #: shipped as loadtest/pod.json for the load test too.
 FIXTURE_POD: dict[str, Any] = json.loads((ROOT / "loadtest" / "pod.json").read_text())
 

@@ -83,13 +83,17 @@ from app.core.model.quantity import parse_milli  # noqa: E402
 from app.core.model.values import GPU, GPU_PRODUCT_LABEL, Node  # noqa: E402
 from app.core.policies.fgd import default_policy  # noqa: E402
 from app.core.policies.gpushare import choose  # noqa: E402
-from app.sim.openb import Trace, arrival_order, load_trace  # noqa: E402
+from app.sim.openb import (  # noqa: E402
+    DEFAULT_NODES,
+    DEFAULT_TRACE,
+    Trace,
+    arrival_order,
+    load_trace,
+)
+from app.sim.tracedata import TraceDataMissing, openb_dir  # noqa: E402
 from scripts.bench_extender import create_null_app, make_client, timed_post  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 
-OPENB = ROOT.parent / "shared" / "traces" / "openb"
-DEFAULT_TRACE = OPENB / "openb_pod_list_default.csv"
-DEFAULT_NODES = OPENB / "openb_node_list_gpu_node.csv"
 HOST = "127.0.0.1"
 NAMESPACE = "openb"
 START_TIMEOUT = 60.0
@@ -525,8 +529,8 @@ def check_devices(
 
 
 def replay(
-    trace_path: Path = DEFAULT_TRACE,
-    nodes_path: Path = DEFAULT_NODES,
+    trace_path: Path,
+    nodes_path: Path,
     seed: int = 0,
     limit: int | None = None,
     baseline: bool = True,
@@ -701,9 +705,14 @@ def as_json(report: Report) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="openb pod list CSV")
+    found = "of the openb trace (app.sim.tracedata)"
     parser.add_argument(
-        "--cluster", type=Path, default=DEFAULT_NODES, help="openb node list CSV (GPU nodes)"
+        "--trace", type=Path, help=f"openb pod list CSV (default: {DEFAULT_TRACE} {found})"
+    )
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        help=f"openb node list CSV, GPU nodes (default: {DEFAULT_NODES} {found})",
     )
     parser.add_argument("--seed", type=int, default=0, help="arrival-order seed (0)")
     parser.add_argument("--limit", type=int, help="replay only the first N arrivals")
@@ -717,6 +726,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_null()
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
+    if args.trace is None or args.cluster is None:
+        try:
+            folder = openb_dir()
+        except TraceDataMissing as exc:
+            parser.error(str(exc))
+        args.trace = args.trace or folder / DEFAULT_TRACE
+        args.cluster = args.cluster or folder / DEFAULT_NODES
     for path in (args.trace, args.cluster):
         if not path.is_file():
             parser.error(f"no such file: {path}")

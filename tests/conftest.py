@@ -14,8 +14,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FIXTURES = SHARED / "fixtures" / "kube-scheduler-v1.32"
+#: Recorded kube-scheduler <-> extender exchanges, kept in the repository (see its README.md).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kube-scheduler-v1.32"
 
 
 def free_port() -> int:

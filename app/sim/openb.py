@@ -1,7 +1,7 @@
 """The openb GPU-allocation experiment of the FGD paper (ATC'23), policies side by side.
 
-Method (``../shared/traces/openb/README.md``): the 1213 GPU nodes with their cpu and memory;
-pods sorted by name, shuffled with the seed, then inflated by drawing pods uniformly with
+Method (the paper's, as its public simulator runs it): the 1213 GPU nodes with their cpu and
+memory; pods sorted by name, shuffled with the seed, then inflated by drawing pods uniformly with
 replacement until the requested GPU reaches 130 % of capacity (or random pods removed if the
 trace asks for more); each pod gets one attempt in order and is dropped if nothing fits;
 ties go to a node order that is random per seed. The figure is allocated GPU / capacity when
@@ -21,8 +21,10 @@ Usage (``muster simulate openb`` takes the same options)::
         [--nodes openb_node_list_gpu_node.csv] [--seeds 10] [--policies fgd,muster-default] \\
         [--plot out.png] [--jobs 2]
 
-``--trace`` and ``--nodes`` default to the files in ``../shared/traces/openb/`` next to the
-repository when they are there. Pure numpy; matplotlib is imported only for ``--plot``.
+``--trace`` and ``--nodes`` default to the files of the openb trace where
+``app.sim.tracedata.openb_dir()`` finds them (``$MUSTER_OPENB_DIR``, ``../shared/traces/openb``
+next to the repository, or the user cache that ``python scripts/fetch_openb.py`` fills). Pure
+numpy; matplotlib is imported only for ``--plot``.
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ from app.core.policies.gpushare import (
     RandomPolicy,
     choose,
 )
+from app.sim.tracedata import FETCH_COMMAND, TraceDataMissing, openb_dir
 
 POLICIES = ("random", "best-fit", "gpu-packing", "fgd", "muster-default", "muster-oracle")
 TARGET = 1.30
-#: Where the trace files are expected: ``../shared/traces/openb`` next to the repository.
-TRACE_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"
 DEFAULT_TRACE = "openb_pod_list_default.csv"
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
+MISSING = f", not found: run `{FETCH_COMMAND}`"
 #: x axis of the allocation curve: arrived GPU request, % of capacity.
 GRID = np.arange(0, int(TARGET * 100) + 1)
 #: The paper's figures (% allocated at 130 % arrived, mean of 10 seeds), by trace file name.
@@ -339,8 +341,10 @@ def policy_list(known: Sequence[str]) -> Callable[[str], list[str]]:
 
 
 def _default_file(name: str) -> str | None:
-    path = TRACE_DIR / name
-    return str(path) if path.is_file() else None
+    try:
+        return str(openb_dir() / name)
+    except TraceDataMissing:
+        return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -351,14 +355,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=trace,
         required=trace is None,
         metavar="CSV",
-        help=f"openb pod list (default: {trace or DEFAULT_TRACE + ', not found'})",
+        help=f"openb pod list (default: {trace or DEFAULT_TRACE + MISSING})",
     )
     parser.add_argument(
         "--nodes",
         default=nodes,
         required=nodes is None,
         metavar="CSV",
-        help=f"openb node list, GPU nodes (default: {nodes or DEFAULT_NODES + ', not found'})",
+        help=f"openb node list, GPU nodes (default: {nodes or DEFAULT_NODES + MISSING})",
     )
     parser.add_argument(
         "--seeds", type=int, default=10, help="number of seeds, 0..N-1 (default 10, as the paper)"

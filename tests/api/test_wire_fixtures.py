@@ -36,6 +36,14 @@ def recorded_cluster(tmp: Path) -> Path:
     return path
 
 
+def test_the_recordings_are_there() -> None:
+    """Without recordings the tests below would collect nothing and skip, so this one fails."""
+    assert FILES, f"no recorded exchanges (*.json) in {FIXTURES}"
+    assert STREAMS, f"no recorded sessions (*.jsonl) in {FIXTURES}"
+    paths = {json.loads(f.read_text())["http"]["path"] for f in FILES}
+    assert paths == set(VERB_ORDER), f"recordings cover {sorted(paths)}, not every verb"
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     settings = Settings(cluster_file=recorded_cluster(tmp_path_factory.mktemp("wire")))

@@ -9,16 +9,16 @@ from types import ModuleType
 
 import pytest
 
+from app.sim.tracedata import openb_dir
 from tests.scriptload import script_module
 
-OPENB = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "openb"
-TRACE = OPENB / "openb_pod_list_default.csv"
-NODES = OPENB / "openb_node_list_gpu_node.csv"
 LIMIT = 400
 
-pytestmark = pytest.mark.skipif(
-    not (TRACE.is_file() and NODES.is_file()), reason="openb trace not available"
-)
+
+def trace_and_nodes() -> tuple[Path, Path]:
+    """The real openb pod list and node list; a test without them fails, saying how to fetch."""
+    folder = openb_dir()
+    return folder / "openb_pod_list_default.csv", folder / "openb_node_list_gpu_node.csv"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,8 @@ def replay_openb() -> Iterator[ModuleType]:
 
 @pytest.mark.timeout(120)
 def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
-    report = replay_openb.replay(TRACE, NODES, seed=0, limit=LIMIT)
+    trace, nodes = trace_and_nodes()
+    report = replay_openb.replay(trace, nodes, seed=0, limit=LIMIT)
 
     assert report.nodes == 1213
     assert report.arrivals == LIMIT
@@ -56,7 +57,7 @@ def test_pod_json_round_trips_the_trace_row(replay_openb: ModuleType) -> None:
     from app.core.policies.gpuplacement import pod_ask
     from app.sim.openb import load_trace
 
-    trace = load_trace(TRACE)
+    trace = load_trace(trace_and_nodes()[0])
     for i in range(len(trace)):
         name, uid = replay_openb.arrival_identity(i, trace, i)
         pod = pod_from_dict(replay_openb.pod_json(trace, i, name, uid))

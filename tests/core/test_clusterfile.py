@@ -9,8 +9,7 @@ import pytest
 from app.core.model.clusterfile import load_cluster_file
 from app.core.model.errors import ClusterFileError
 from app.settings import DEMO_CLUSTER
-
-OPENB = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"
+from app.sim.tracedata import openb_file
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
@@ -43,7 +42,7 @@ def test_demo_cluster_loads() -> None:
 
 
 def test_openb_csv() -> None:
-    nodes = load_cluster_file(OPENB / "openb_node_list_gpu_node.csv")
+    nodes = load_cluster_file(openb_file("openb_node_list_gpu_node.csv"))  # fails if not fetched
     assert len(nodes) == 1213
     assert sum(n.allocatable.gpu for n in nodes) == 6212 * 1000
     assert nodes[0].gpu_model == "P100" and nodes[0].allocatable.cpu == 64000

@@ -14,7 +14,7 @@ from app.core.gpu.ask import GpuTable, PodAsk
 from app.core.model.clusterfile import parse_openb_csv
 from app.core.policies.fgd import LiveGpuPolicy, MusterPolicy, TaskClass, default_policy
 from app.core.policies.gpushare import Ranking, choose
-from app.sim import openb
+from app.sim import tracedata
 from app.sim.openb import (
     GRID,
     POLICIES,
@@ -243,21 +243,29 @@ def test_muster_simulate_openb_prints_the_table_and_draws_the_plot(
     assert "muster-default seed 0:" in captured.err  # progress
 
 
-def test_muster_simulate_openb_finds_the_shared_traces(
+def test_muster_simulate_openb_finds_the_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    openb_files(tmp_path, pods=12)
-    monkeypatch.setattr(openb, "TRACE_DIR", tmp_path)
+    pods, nodes = openb_files(tmp_path, pods=12)
+    for other in ("openb_node_list_all_node.csv", "openb_pod_list_multigpu50.csv"):
+        (tmp_path / other).write_text("")  # a folder counts when it holds all four files
+    monkeypatch.setenv(tracedata.ENV_VAR, str(tmp_path))
     args = cli.build_parser().parse_args(["simulate", "openb", "--policies", "best-fit"])
     assert args.trace == str(tmp_path / "openb_pod_list_default.csv")
     assert args.nodes == str(tmp_path / "openb_node_list_gpu_node.csv")
     assert (args.seeds, args.policies, args.jobs) == (10, ["best-fit"], 2)
     assert cli.main(["simulate", "openb", "--seeds", "1", "--policies", "best-fit", "--quiet"]) == 0
     assert "best-fit" in capsys.readouterr().out
-    # without the shared files, --trace and --nodes must be given
-    monkeypatch.setattr(openb, "TRACE_DIR", tmp_path / "missing")
+    # with the trace nowhere, --trace and --nodes must be given, and the help says how to fetch
+    monkeypatch.setenv(tracedata.ENV_VAR, str(tmp_path / "missing"))
+    monkeypatch.setattr(tracedata, "SIBLING", tmp_path / "missing")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "missing"))
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["simulate", "openb"])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["simulate", "openb", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    assert "not found: run `python scripts/fetch_openb.py`" in help_text
     # the gang simulation is still the default mode
     assert cli.build_parser().parse_args(["simulate", "--preset", "seed"]).experiment is None
 
