@@ -25,20 +25,19 @@ What it does:
    feasible names and the pod goes to the highest score (the first in feasible-list order
    among equals); then ``POST /bind``. Every body is sent to the null server too, right
    after Muster's, so drift and noise hit both alike.
-5. Compares, pod by pod, the node the server bound with the simulator's pick; the final
-   allocated GPU % of capacity both ways; from ``/debug/nodes``, that no device's free share
-   is below 0 (or above 1) and that every node's GPU usage (its per-device free shares, as a
-   multiset), cpu used and pod count equal the simulator's; from ``/debug/pods``, that every
-   bound pod holds as many devices as it asks for and - independently of the server's own
-   counters - that the shares of the pods holding each device add up to at most one GPU.
-   Device *indices* other than the simulator's are listed but are not a difference: for
-   whole GPUs the server picks NUMA-aware sets (``gputopology.choose_devices``) where the
-   simulator's table takes the lowest free indices, and fully free devices are
-   interchangeable for every later decision.
+5. Compares, pod by pod, the node the server bound with the simulator's pick and the device
+   indices it wrote (``/debug/pods``) with the simulator's; the final allocated GPU % of
+   capacity both ways; from ``/debug/nodes``, that no device's free share is below 0 (or
+   above 1) and that every node's per-device free shares, cpu used and pod count equal the
+   simulator's; from ``/debug/pods``, that every bound pod holds as many devices as it asks
+   for and - independently of the server's own counters - that the shares of the pods
+   holding each device add up to at most one GPU. Both sides choose devices by the one rule
+   (``app.core.gpu.links.choose``: NVLink and NUMA for whole GPUs, with each node's
+   topology; the policy's device for a share), so device indices must agree too.
 
-Exit status: 0 if everything agrees; 1 if any pod lands elsewhere, a node's usage or the
-allocation differs, a device is over-committed, a pod holds the wrong number of devices or a
-bind fails; 2 for bad arguments.
+Exit status: 0 if everything agrees; 1 if any pod lands elsewhere or on other devices, a
+node's usage or the allocation differs, a device is over-committed, a pod holds the wrong
+number of devices or a bind fails; 2 for bad arguments.
 
 How a trace row becomes a Pod: cpu request ``<cpu_milli>m``, memory ``<memory_mib>Mi``;
 whole GPUs (``gpu_milli == 1000`` or ``num_gpu > 1``) as ``nvidia.com/gpu`` request and
@@ -76,7 +75,8 @@ import numpy as np  # noqa: E402
 from fastapi import Request, Response  # noqa: E402
 
 from app.api import wire  # noqa: E402
-from app.core.gpu.ask import MILLI, GpuTable  # noqa: E402
+from app.core.gpu.ask import MILLI  # noqa: E402
+from app.core.gpu.table import GpuTable  # noqa: E402
 from app.core.model.clusterfile import load_cluster_file  # noqa: E402
 from app.core.model.labels import GPU_FRACTION, GPU_SHARE_RESOURCE  # noqa: E402
 from app.core.model.quantity import parse_milli  # noqa: E402
@@ -344,13 +344,16 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Whether the server matched the simulator exactly and over-committed nothing."""
+        """Whether the server matched the simulator exactly (nodes and devices) and
+        over-committed nothing."""
         return (
             self.mismatches == 0
             and not self.bind_errors
             and not self.gpu_ids_wrong
             and self.alloc_sim_milli == self.alloc_live_milli
             and self.nodes_differing == 0
+            and self.other_device_indices == 0
+            and self.nodes_permuted == 0
             and not self.overcommitted
         )
 
@@ -434,10 +437,9 @@ def check_nodes(debug_nodes: dict[str, Any], sim: SimResult) -> NodeCheck:
     """Compare the server's nodes with the simulator's table.
 
     A node differs if its GPU usage as a multiset of per-device free shares, its cpu used or
-    its pod count differs. Device *indices* may legitimately differ (``permuted``): for whole
-    GPUs the server picks NUMA-aware sets (``gputopology.choose_devices``), the simulator's
-    table the lowest free indices; fully free devices are interchangeable, so that changes no
-    later decision. Memory is not compared: ``/debug/nodes`` rounds it for display.
+    its pod count differs; a node with the same multiset on other device indices is counted
+    apart (``permuted``: the same usage, other devices chosen). Memory is not compared:
+    ``/debug/nodes`` rounds it for display.
     """
     table = sim.table
     row_of = {name: row for row, name in enumerate(table.names)}
@@ -650,10 +652,8 @@ def render(report: Report) -> list[str]:
         f" {r.nodes_differing} (most pods on a node: {r.max_pods_per_node})"
     )
     lines.extend(f"  {note}" for note in r.first_node_differences)
-    lines.append(
-        f"same usage on other device indices (NUMA-aware whole-GPU sets; not a difference):"
-        f" {r.nodes_permuted} nodes, {r.other_device_indices} pods"
-    )
+    lines.append(f"pods on other devices than the simulator's: {r.other_device_indices}")
+    lines.append(f"nodes with the same usage on other device indices: {r.nodes_permuted}")
     lines.extend(f"  {note}" for note in r.first_other_device_indices)
     lines.append(f"pods holding the wrong number of devices: {len(r.gpu_ids_wrong)}")
     lines.extend(f"  {note}" for note in r.gpu_ids_wrong[:SHOW])

@@ -41,7 +41,8 @@ from typing import TextIO
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.gpu.ask import MILLI, GpuAsk, PodAsk
+from app.core.gpu.table import GpuTable
 from app.core.model.clusterfile import load_cluster_file
 from app.core.model.values import Node
 from app.core.policies.fgd import FgdPolicy, MusterPolicy, WorkloadMix, default_policy

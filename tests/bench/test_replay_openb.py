@@ -1,5 +1,6 @@
 """scripts/replay_openb.py on a prefix of the openb trace: a real ``muster serve`` child over
-HTTP must place every pod where the simulator does, and over-commit nothing."""
+HTTP must place every pod where the simulator does, on the same devices, and over-commit
+nothing."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
     assert report.placed_live == report.placed_sim > 0
     assert report.alloc_live_milli == report.alloc_sim_milli > 0
     assert report.nodes_differing == 0, report.first_node_differences
+    # one device rule on both sides: the same device indices, not just the same usage
+    assert report.other_device_indices == 0, report.first_other_device_indices
+    assert report.nodes_permuted == 0
     assert report.overcommitted == []
     assert report.bind_errors == []
     assert report.gpu_ids_wrong == []
@@ -53,15 +57,15 @@ def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
 
 def test_pod_json_round_trips_the_trace_row(replay_openb: ModuleType) -> None:
     """Every trace row becomes a Pod whose ask is the simulator's (shares, whole GPUs, none)."""
+    from app.core.gpu.ask import PodAsk
     from app.core.model.parse import pod_from_dict
-    from app.core.policies.gpuplacement import pod_ask
     from app.sim.openb import load_trace
 
     trace = load_trace(trace_and_nodes()[0])
     for i in range(len(trace)):
         name, uid = replay_openb.arrival_identity(i, trace, i)
         pod = pod_from_dict(replay_openb.pod_json(trace, i, name, uid))
-        assert pod_ask(pod) == trace.ask(i), trace.names[i]
+        assert PodAsk.of(pod) == trace.ask(i), trace.names[i]
         assert (pod.name, pod.uid) == (name, uid)
 
 

@@ -309,7 +309,7 @@ def test_gpu_model_constraints_use_ordinary_node_affinity() -> None:
 
 
 def test_the_policy_sees_the_gpu_models_a_pod_allows() -> None:
-    from app.core.policies.gpuplacement import gpu_models
+    from app.core.gpu.ask import gpu_models
 
     def terms(*values: list[str]) -> list[dict[str, Any]]:
         return [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk
+from app.core.gpu.ask import MILLI, GpuAsk, PodAsk
+from app.core.gpu.table import GpuTable
 from app.core.policies.fgd import (
     FgdPolicy,
     FragTable,

@@ -1,5 +1,6 @@
 """Per-device GPU accounting as scenario tables: shares never exceed a device, whole GPUs need
-fully free devices, GPU model constraints, NVLink-aware choice of devices."""
+fully free devices, GPU model constraints, the one (NVLink- and NUMA-aware) choice of devices
+in values and tables alike."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from app.core.gpu.ask import (
     MILLI,
     GpuAsk,
     GpuOvercommit,
-    GpuTable,
-    NodeGpus,
     PodAsk,
-    best_connected,
+    fits,
+    fits_mask,
     parse_gpu_spec,
+    usable,
 )
+from app.core.gpu.links import GpuTopology, choose, choose_devices, default_topology
+from app.core.gpu.table import GpuTable, NodeGpus
 from app.core.model.clusterfile import parse_openb_csv
 
 WHOLE = GpuAsk.whole
@@ -51,6 +54,11 @@ FIT_CASES = [
 def test_fits(case: FitCase) -> None:
     node = NodeGpus(case.free, case.model)
     assert node.fits(case.ask) is case.fits
+    # the one rule, scalar and vectorised (the model is the caller's separate check)
+    model_ok = case.ask.allows(case.model)
+    assert (model_ok and fits(case.free, case.ask)) is case.fits
+    rows = np.array([list(case.free) or [0]])
+    assert (model_ok and bool(fits_mask(rows, case.ask)[0])) is case.fits
     assert bool(node.choices(case.ask)) is case.fits
     table = GpuTable(["n"], [len(case.free)], [case.model], [10_000], [10_000])
     for d, f in enumerate(case.free):
@@ -125,12 +133,17 @@ class LinkCase:
     expected: tuple[int, ...] | None
 
 
+def flat(devices: int, nvlink: list[set[int]]) -> GpuTopology:
+    """``devices`` GPUs on one NUMA node with these NVLink groups."""
+    return GpuTopology(devices, (0,) * devices, tuple(frozenset(g) for g in nvlink))
+
+
 PAIRS = [{0, 1}, {2, 3}]  # a PCIe box with NVLink bridges
 LINK_CASES = [
     LinkCase("2 GPUs take an NVLink pair", (1000,) * 4, 2, PAIRS, (0, 1)),
     LinkCase("2 GPUs skip a broken pair", (0, 1000, 1000, 1000), 2, PAIRS, (2, 3)),
     LinkCase("1 GPU completes a broken pair", (0, 1000, 1000, 1000), 1, PAIRS, (1,)),
-    LinkCase("1 GPU prefers the smaller group", (1000,) * 4, 1, [{0, 1, 2}, {3}], (3,)),
+    LinkCase("1 GPU prefers the smaller group", (1000,) * 5, 1, [{0, 1, 2}, {3, 4}], (3,)),
     LinkCase("3 GPUs: a whole pair plus one", (1000,) * 4, 3, PAIRS, (0, 1, 2)),
     LinkCase("3 GPUs: the bigger group first", (0, 1000, 1000, 1000), 3, PAIRS, (1, 2, 3)),
     LinkCase("no groups: lowest indices", (1000, 0, 1000, 1000), 2, [], (0, 2)),
@@ -140,11 +153,38 @@ LINK_CASES = [
 
 
 @pytest.mark.parametrize("case", LINK_CASES, ids=lambda c: c.name)
-def test_best_connected(case: LinkCase) -> None:
-    assert best_connected(case.free, case.count, case.nvlink) == case.expected
+def test_whole_gpus_take_the_best_connected_devices(case: LinkCase) -> None:
+    topo = flat(len(case.free), case.nvlink)
+    assert choose_devices(case.free, case.count, topo) == case.expected
+    assert choose(case.free, WHOLE(case.count), topo) == case.expected
     if case.expected is not None:
-        node = NodeGpus(case.free, nvlink=tuple(frozenset(g) for g in case.nvlink))
+        node = NodeGpus(case.free, topology=topo)
         assert node.apply(WHOLE(case.count))[1] == case.expected
+        table = GpuTable(["n"], [len(case.free)], [""], [1], [1], [topo])
+        for d, f in enumerate(case.free):
+            if f < MILLI:
+                table.apply(0, PodAsk(GpuAsk(1, MILLI - f)), (d,))
+        assert table.apply(0, PodAsk(WHOLE(case.count))) == case.expected
+
+
+def test_tables_use_each_products_default_topology() -> None:
+    """A table row knows its node's topology as the live path does: an 8-GPU box without an
+    annotation is two NUMA nodes of 4, so one GPU goes to the NUMA node with fewer free."""
+    nodes = parse_openb_csv("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n")
+    table = GpuTable.from_nodes(nodes)
+    assert table.topology[0] == default_topology("G2", 8)
+    assert table.topology[0].numa == (0, 0, 0, 0, 1, 1, 1, 1)
+    assert table.apply(0, PodAsk(SHARE(500)), (1,)) == (1,)
+    assert table.apply(0, PodAsk(WHOLE(1))) == (0,)  # NUMA 0 has fewer fully free devices
+    assert table.apply(0, PodAsk(WHOLE(4))) == (4, 5, 6, 7)  # a whole NUMA node
+    assert NodeGpus.idle(8, "G2") == NodeGpus.idle(8, "G2", default_topology("G2", 8))
+
+
+def test_usable_is_what_take_accepts() -> None:
+    free = np.array([1000, 600, 0])
+    assert usable(free, SHARE(600), (1,)) and not usable(free, SHARE(601), (1,))
+    assert usable(free, WHOLE(1), (0,)) and not usable(free, WHOLE(1), (1,))
+    assert not usable(free, WHOLE(2), (0, 0)) and not usable(free, SHARE(1), (3,))
 
 
 @pytest.mark.parametrize(("count", "milli"), [(-1, 1000), (0, 500), (1, 0), (1, 1001), (2, 500)])

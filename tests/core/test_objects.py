@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.core.gpu.ask import GpuAsk
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import effective_requests, node_from_dict, pod_from_dict
 from app.core.model.values import Resources
@@ -186,11 +187,11 @@ def test_gpu_fraction(annotations: dict, labels: dict, gpu: int, expected: objec
         return
     made = pod_from_dict(data)
     if expected == "whole":
-        assert (made.gpu_fraction, made.requests.gpu, made.gpu_shape) == (0, 1000, (1, 1000))
+        assert (made.gpu_fraction, made.requests.gpu, GpuAsk.of(made)) == (0, 1000, GpuAsk(1, 1000))
     else:
         assert made.gpu_fraction == expected
         assert made.requests.gpu == expected
-        assert made.gpu_shape == (1, expected)
+        assert GpuAsk.of(made) == GpuAsk(1, expected)
 
 
 def test_gpu_ids_annotation() -> None:

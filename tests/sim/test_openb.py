@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from app import cli
-from app.core.gpu.ask import GpuTable, PodAsk
+from app.core.gpu.ask import PodAsk
+from app.core.gpu.table import GpuTable
 from app.core.model.clusterfile import parse_openb_csv
 from app.core.policies.fgd import LiveGpuPolicy, MusterPolicy, TaskClass, default_policy
-from app.core.policies.gpushare import Ranking, choose
+from app.core.policies.gpushare import DeviceRanking, choose
 from app.sim import tracedata
 from app.sim.openb import (
     GRID,
@@ -169,7 +170,7 @@ class Spy(LiveGpuPolicy):
         self.calls.append(("observe", ask))
         super().observe(ask)
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         self.calls.append(("rank", ask))
         assert TaskClass.of(ask) in self.mix().classes, "ranked before it was observed"
         return super().rank(table, ask)

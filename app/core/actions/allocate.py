@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core.gpu.ledger import default_choice, device_count, fits_mask
+from app.core.gpu.ask import GpuAsk, fits_mask, take
+from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.registry import eligible, scorer
 from app.core.state.cache import NodeView, shortfall
@@ -66,9 +67,9 @@ def allocate(
             mask = masks[signature] = eligible(view, pod)
         need = np.asarray(pod.requests, dtype=np.int64)
         ok = mask & ((view.allocatable - used) >= need).all(axis=1)
-        shape = pod.gpu_shape
-        if shape[0]:
-            ok &= fits_mask(gpu_free, shape)
+        ask = GpuAsk.of(pod)
+        if ask.count:
+            ok &= fits_mask(gpu_free, ask)
         if allowed is not None and pod.uid in allowed:
             ok &= allowed[pod.uid]
         if not ok.any():
@@ -78,11 +79,12 @@ def allocate(
         scores = policy.score(working, rows, pod.requests) + _LOCALITY * chosen[rows]
         row = int(rows[int(np.argmax(scores))])
         used[row] += need
-        if shape[0]:
+        if ask.count:
             node = view.nodes[row]
-            devices = default_choice(node, gpu_free[row, : device_count(node)].tolist(), shape)
+            free = gpu_free[row, : device_count(node)]
+            devices = default_choice(node, free.tolist(), ask)
             assert devices is not None  # fits_mask said so
-            gpu_free[row, list(devices)] -= shape[1]
+            take(free, ask, devices)
         chosen[row] = True
         result.placed[pod.uid] = view.nodes[row].name
     return result

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.core.gpu.ask import MILLI
+from app.core.gpu.ask import MILLI, GpuAsk, fits
 from app.core.model.errors import InvalidInput
 from app.core.model.labels import GPU_TOPOLOGY
 from app.core.model.values import Node
@@ -345,6 +345,33 @@ def choose_devices(free: Sequence[int], count: int, topo: GpuTopology) -> tuple[
     if count == 0:
         return ()
     return tuple(sorted(_choose(idle, count, topo)))
+
+
+def device_choices(free: Sequence[int], ask: GpuAsk, topo: GpuTopology) -> list[tuple[int, ...]]:
+    """The device sets ``ask`` could take (model aside), Muster's default choice first.
+
+    A share: each device with room, the tightest first (then the lower index), so big gaps
+    stay open. Whole GPUs: fully free devices are interchangeable except for their links, so
+    the one set ``choose_devices`` picks (NVLink, then NUMA). No GPU: ``[()]``. Empty when
+    the ask does not fit.
+    """
+    if not fits(free, ask):
+        return []
+    if ask.count == 0:
+        return [()]
+    if ask.shared:
+        room = sorted((int(f), d) for d, f in enumerate(free) if f >= ask.milli)
+        return [(d,) for _, d in room]
+    chosen = choose_devices(free, ask.count, topo)
+    return [chosen] if chosen is not None else []
+
+
+def choose(free: Sequence[int], ask: GpuAsk, topo: GpuTopology) -> tuple[int, ...] | None:
+    """Muster's default devices for ``ask`` given per-device ``free`` milli on a node of
+    topology ``topo`` (None: it does not fit); the first of ``device_choices``. The one rule
+    the cache, the planner, the policies' tables and the simulator all use."""
+    options = device_choices(free, ask, topo)
+    return options[0] if options else None
 
 
 # -- nvidia-smi topo -m -----------------------------------------------------------------------

@@ -141,15 +141,6 @@ class Pod:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def gpu_shape(self) -> tuple[int, int]:
-        """``(devices, milli per device)`` the pod needs: ``(0, 0)`` without GPUs, ``(1, m)``
-        for a share of one GPU, ``(n, 1000)`` for ``n`` whole GPUs."""
-        if self.gpu_fraction:
-            return 1, self.gpu_fraction
-        whole = self.requests.gpu // 1000
-        return (whole, 1000) if whole else (0, 0)
-
-    @property
     def terminal(self) -> bool:
         """Finished pods hold no resources."""
         return self.phase in ("Succeeded", "Failed")

@@ -46,8 +46,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, GpuAsk, GpuTable, PodAsk, fits
-from app.core.policies.gpushare import Ranking
+from app.core.gpu.ask import MILLI, GpuAsk, PodAsk, fits
+from app.core.gpu.table import GpuTable
+from app.core.policies.gpushare import DeviceRanking
 
 
 class TaskClass(NamedTuple):
@@ -178,7 +179,7 @@ def fragmentation(
     if not sized:
         frag = (sum(mix.weights) - sum(p for _, p in allowed)) * total
         for c, p in allowed:
-            if not fits(free, model, GpuAsk(c.count, c.milli, c.models)):
+            if not fits(free, GpuAsk(c.count, c.milli, c.models)):
                 frag += p * total
             elif c.count:
                 frag += p * sum(f for f in free if f < c.milli)
@@ -426,12 +427,12 @@ class FgdPolicy:
         )
         return Increase(np.where(feasible, before - after - gpu.total, np.inf), None)
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """Fragmentation increase per row; for a share, the device with the least."""
         inc = self.increase(table, ask)
         if inc.by_device is None:
-            return Ranking(inc.by_row)
-        return Ranking(inc.by_row, np.argmin(inc.by_device, axis=1))
+            return DeviceRanking(inc.by_row)
+        return DeviceRanking(inc.by_row, np.argmin(inc.by_device, axis=1))
 
 
 class MusterPolicy(FgdPolicy):
@@ -499,7 +500,7 @@ class MusterPolicy(FgdPolicy):
             out = np.maximum(out, gpu - memory / memory_rate)
         return out
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """FGD's increase plus stranding and packing."""
         ft = self.frag_table(table)
         inc = self.increase(table, ask)
@@ -511,11 +512,11 @@ class MusterPolicy(FgdPolicy):
             after = self.stranded(ft, left, table.cpu_free - ask.cpu, table.mem_free - ask.memory)
             extra = extra + self.balance * (after - before)
         if inc.by_device is None:
-            return Ranking(inc.by_row + extra)
+            return DeviceRanking(inc.by_row + extra)
         by_device = inc.by_device + self.pack * (table.free - ask.gpu.milli)
         device = np.argmin(by_device, axis=1)
         cost = by_device[np.arange(len(table)), device] + extra
-        return Ranking(cost, device)
+        return DeviceRanking(cost, device)
 
 
 class LiveGpuPolicy:
@@ -548,7 +549,7 @@ class LiveGpuPolicy:
         """Count a newly seen pod's ask in the learned mix (once per pod, before ``rank``)."""
         self.mix.observe(ask)
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """``MusterPolicy.rank`` against the mix learned so far."""
         return self.policy.rank(table, ask)
 

@@ -13,7 +13,8 @@ workload mix learned from the pods seen) to the cluster cache:
   wider), so kube-scheduler lands the pod exactly where the policy would (the extender's
   weight in the scheduler profile makes it dominate);
 * ``devices`` is the device set the policy takes on the chosen node (for a share, the device
-  the policy scored; for whole GPUs, the cache's best-connected choice).
+  the policy scored; for whole GPUs, the cache's default choice, ``app.core.gpu.links.choose``,
+  the same rule the policy's table and the simulator apply).
 
 ``app.sim.openb`` runs the same ``default_policy`` in the paper's experiment, so the figures
 reported there are the live policy's.
@@ -26,11 +27,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from app.core.gpu.ask import MIB_MILLI, MILLI, GpuAsk, GpuTable, PodAsk
-from app.core.gpu.ledger import device_count
-from app.core.model.values import GPU_PRODUCT_LABEL, Pod
+from app.core.gpu.ask import MIB_MILLI, MILLI, GpuAsk, PodAsk
+from app.core.gpu.table import GpuTable
+from app.core.model.values import Pod
 from app.core.policies.fgd import LiveGpuPolicy, default_policy
-from app.core.policies.gpushare import Ranking
+from app.core.policies.gpushare import DeviceRanking
 from app.core.state.cache import NodeView
 
 MAX_SCORE = 10
@@ -38,49 +39,13 @@ MAX_SCORE = 10
 _SEEN = 50_000
 
 
-def gpu_models(pod: Pod) -> frozenset[str]:
-    """The GPU models the pod's ``nodeSelector`` and required node affinity allow on
-    ``nvidia.com/gpu.product`` (empty: any).
-
-    Affinity counts when every term has an ``In`` on the label (the union of their values).
-    The filter enforces both itself; this only tells the policy which class of work the pod
-    belongs to.
-    """
-    allowed: set[str] | None = None
-    terms = pod.required_affinity or ()
-    for term in terms:
-        found = [
-            r.values
-            for r in term.match_expressions
-            if r.key == GPU_PRODUCT_LABEL and r.operator == "In"
-        ]
-        if not found:
-            allowed = None
-            break
-        allowed = (allowed or set()) | set(found[0])
-    chosen = pod.node_selector.get(GPU_PRODUCT_LABEL)
-    if chosen:
-        allowed = {chosen} if allowed is None else allowed & {chosen}
-    return frozenset(allowed or ())
-
-
-def pod_ask(pod: Pod) -> PodAsk:
-    """The policy's view of a pod: GPU shape and models, cpu (milli) and memory (MiB)."""
-    count, milli = pod.gpu_shape
-    gpu = GpuAsk(count, milli, gpu_models(pod)) if count else GpuAsk()
-    return PodAsk(gpu, pod.requests.cpu, pod.requests.memory // MIB_MILLI)
-
-
 def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
     """``view`` as a ``GpuTable`` (rows as the view's). ``skeleton``: an earlier result for
     the same node set, whose per-node facts are reused (only usage is filled in)."""
     free = view.free
     if skeleton is None:
-        nodes = view.nodes
         return GpuTable.from_state(
-            [n.name for n in nodes],
-            np.array([device_count(n) for n in nodes], dtype=np.int64),
-            [n.gpu_model for n in nodes],
+            view.nodes,
             view.gpu_free,
             (view.allocatable[:, 1], free[:, 1]),
             (view.allocatable[:, 2] // MIB_MILLI, free[:, 2] // MIB_MILLI),
@@ -96,7 +61,7 @@ class GpuPlacement:
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._table: tuple[NodeView, GpuTable] | None = None
-        self._last: tuple[NodeView, str, Ranking] | None = None
+        self._last: tuple[NodeView, str, DeviceRanking] | None = None
 
     def observe(self, pod: Pod) -> None:
         """Count ``pod`` in the learned mix the first time it is seen."""
@@ -106,7 +71,7 @@ class GpuPlacement:
             self._seen[pod.uid] = None
             if len(self._seen) > _SEEN:
                 self._seen.popitem(last=False)
-            self.policy.observe(pod_ask(pod))
+            self.policy.observe(PodAsk.of(pod))
 
     def table(self, view: NodeView) -> GpuTable:
         """The policy's table for ``view`` (built once per view)."""
@@ -123,13 +88,13 @@ class GpuPlacement:
         """Whether the cluster has GPUs at all (else GPU-blind scoring is as good)."""
         return bool(len(view.nodes)) and bool(view.allocatable[:, 0].any())
 
-    def rank(self, view: NodeView, pod: Pod) -> Ranking:
+    def rank(self, view: NodeView, pod: Pod) -> DeviceRanking:
         """The policy's cost (and share device) per row of ``view`` for ``pod``."""
         with self._lock:
             last = self._last
             if last is not None and last[0] is view and last[1] == pod.uid:
                 return last[2]
-            ranking = self.policy.rank(self.table(view), pod_ask(pod))
+            ranking = self.policy.rank(self.table(view), PodAsk.of(pod))
             self._last = (view, pod.uid, ranking)
             return ranking
 
@@ -153,9 +118,8 @@ class GpuPlacement:
     def devices(self, view: NodeView, pod: Pod, node: str) -> tuple[int, ...] | None:
         """The device the policy takes for a share on ``node`` (None: the cache's default
         choice, which is the policy's for whole GPUs)."""
-        count, milli = pod.gpu_shape
         row = view.index.get(node)
-        if count != 1 or milli >= MILLI or row is None:
+        if not GpuAsk.of(pod).shared or row is None:
             return None
         ranking = self.rank(view, pod)
         if ranking.device is None or not np.isfinite(ranking.cost[row]):

@@ -24,11 +24,12 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, GpuTable, PodAsk
+from app.core.gpu.ask import MILLI, PodAsk
+from app.core.gpu.table import GpuTable
 
 
 @dataclass(frozen=True, slots=True)
-class Ranking:
+class DeviceRanking:
     """A policy's verdict on every row for one pod.
 
     ``cost[row]``: lower is better, ``inf`` = the pod does not fit. ``device[row]``: for a
@@ -52,7 +53,7 @@ class PlacementPolicy(Protocol):
 
     name: str
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """Cost per row (and device per row for shares) of placing ``ask``."""
         ...
 
@@ -98,13 +99,13 @@ class RandomPolicy:
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """Random costs on feasible rows."""
         cost = masked(self.rng.random(len(table)), table.feasible(ask))
         if not ask.gpu.shared:
-            return Ranking(cost)
+            return DeviceRanking(cost)
         keys = np.where(table.free >= ask.gpu.milli, self.rng.random(table.free.shape), 2.0)
-        return Ranking(cost, np.argmin(keys, axis=1))
+        return DeviceRanking(cost, np.argmin(keys, axis=1))
 
 
 class BestFitPolicy:
@@ -112,7 +113,7 @@ class BestFitPolicy:
 
     name = "best-fit"
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """Leftover cost on feasible rows; tightest device for shares."""
         gpu_left = table.free_total - ask.gpu.total
         cpu_left = table.cpu_free - ask.cpu
@@ -120,9 +121,9 @@ class BestFitPolicy:
         max_cpu = max(1, int(table.cpu_cap.max(initial=0)))
         cost = masked(0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu, table.feasible(ask))
         if not ask.gpu.shared:
-            return Ranking(cost)
+            return DeviceRanking(cost)
         device, _ = tightest_device(table, ask.gpu.milli)
-        return Ranking(cost, device)
+        return DeviceRanking(cost, device)
 
 
 class GpuPackingPolicy:
@@ -130,18 +131,18 @@ class GpuPackingPolicy:
 
     name = "gpu-packing"
 
-    def rank(self, table: GpuTable, ask: PodAsk) -> Ranking:
+    def rank(self, table: GpuTable, ask: PodAsk) -> DeviceRanking:
         """Tiered packing cost on feasible rows (tier x 10_000 + within-tier cost)."""
         feasible = table.feasible(ask)
         gpu = ask.gpu
         if gpu.count == 0:
-            return Ranking(masked(np.zeros(len(table)), feasible))
+            return DeviceRanking(masked(np.zeros(len(table)), feasible))
         full = table.full
         idle = full == table.devices
         if gpu.shared:
             device, left = tightest_device(table, gpu.milli)
             tier = np.where(left < MILLI, 0, np.where(idle, 2, 1))
             within = np.where(tier == 0, left, np.where(idle, table.devices, full))
-            return Ranking(masked(tier * 10_000.0 + within, feasible), device)
+            return DeviceRanking(masked(tier * 10_000.0 + within, feasible), device)
         within = np.where(idle, table.devices, full)
-        return Ranking(masked(np.where(idle, 2, 1) * 10_000.0 + within, feasible))
+        return DeviceRanking(masked(np.where(idle, 2, 1) * 10_000.0 + within, feasible))

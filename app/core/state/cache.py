@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall, fits_mask, usable
+from app.core.gpu.ask import GpuAsk, fits_mask, give, usable
+from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall
 from app.core.model import labels
 from app.core.model.errors import BindRejected
 from app.core.model.gang import gang_spec
@@ -48,10 +49,10 @@ class NodeView:
     #: Free milli-GPU per row and device (``app.core.gpu.ledger``); absent devices show 0.
     gpu_free: np.ndarray
 
-    def gpu_fits(self, shape: tuple[int, int], rows: np.ndarray | None = None) -> np.ndarray:
-        """Per row (or per ``rows``): do the devices have room for a pod of ``shape``
-        (``Pod.gpu_shape``)? All true for pods without GPUs."""
-        return fits_mask(self.gpu_free if rows is None else self.gpu_free[rows], shape)
+    def gpu_fits(self, ask: GpuAsk, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per row (or per ``rows``): do the devices have room for ``ask``
+        (``GpuAsk.of(pod)``)? All true for pods without GPUs."""
+        return fits_mask(self.gpu_free if rows is None else self.gpu_free[rows], ask)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -133,7 +134,7 @@ def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = Non
         if held is not None and held.node == node:
             if not copied:
                 gpu_free, copied = gpu_free.copy(), True
-            gpu_free[row, list(held.devices)] += held.milli
+            give(gpu_free[row], held.ask, held.devices)
     return replace(view, used=used, gpu_free=gpu_free)
 
 
@@ -436,15 +437,15 @@ class ClusterCache:
                 raise BindRejected(
                     f"node {node} no longer fits {pod.key}: {shortfall(pod.requests, free)}"
                 )
-            shape = pod.gpu_shape
-            if shape[0]:
+            ask = GpuAsk.of(pod)
+            if ask.count:
                 room = self._devices.free_row(node)
-                if devices is None or not usable(room, shape, devices):
+                if devices is None or not usable(room, ask, devices):
                     devices = self._devices.choose(node, pod)
                 if devices is None:
                     self._bump()
                     raise BindRejected(
-                        f"node {node} no longer fits {pod.key}: {device_shortfall(shape, room)}"
+                        f"node {node} no longer fits {pod.key}: {device_shortfall(ask, room)}"
                     )
             self._move(uid, pod.requests, pod.requests, node, devices)
             self._assumed[uid] = self._clock() + self._assume_ttl

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.core.gpu.ask import GpuAsk
 from app.core.model.errors import BindRejected, GatewayError
 from app.core.model.labels import GPU_IDS
 from app.core.model.values import Pod
@@ -39,7 +40,7 @@ class Binder:
         if self._devices is None:
             return None
         pod = self._cache.pod(uid)
-        return None if pod is None or not pod.gpu_shape[0] else self._devices(pod, node)
+        return None if pod is None or not GpuAsk.of(pod).count else self._devices(pod, node)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Assume the pod on ``node``, then create its Binding; any failure is an error text."""

@@ -17,6 +17,7 @@ from itertools import compress
 
 import numpy as np
 
+from app.core.gpu.ask import GpuAsk
 from app.core.gpu.ledger import device_shortfall
 from app.core.model.values import Pod
 from app.core.policies import resourcefit
@@ -71,15 +72,15 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
     known = rows >= 0
     safe = np.where(known, rows, 0) if len(table.nodes) else rows
     need = np.asarray(pod.requests, dtype=np.int64)
-    shape = pod.gpu_shape
+    ask = GpuAsk.of(pod)
     devices_short = None
     if len(table.nodes):
         free = table.allocatable[safe] - view.used[safe]
         fits = (free >= need).all(axis=1) & known
-        if shape[0]:
+        if ask.count:
             # Enough GPU in total is not enough: whole GPUs need fully free devices, a share
             # needs one device with room.
-            devices_short = fits & ~view.gpu_fits(shape, safe)
+            devices_short = fits & ~view.gpu_fits(ask, safe)
             fits &= ~devices_short
     else:
         free = np.zeros((len(names), 4), dtype=np.int64)
@@ -124,7 +125,7 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
             result.failed = dict(zip([names[k] for k in j.tolist()], texts, strict=True))
     if devices_short is not None and devices_short.any():
         j = np.flatnonzero(devices_short & (True if checks is None else np.equal(checks, None)))
-        texts = _grouped(view.gpu_free[safe[j]], lambda row: device_shortfall(shape, row.tolist()))
+        texts = _grouped(view.gpu_free[safe[j]], lambda row: device_shortfall(ask, row.tolist()))
         result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
     result.unresolvable = unresolvable
     return result

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.actions.victims import min_runtime_of
-from app.core.gpu.ledger import fits_mask
+from app.core.gpu.ask import GpuAsk, fits_mask, give
 from app.core.model.gang import gang_spec
 from app.core.model.values import Pod
 from app.core.state.cache import NodeView, Snapshot
@@ -71,17 +71,17 @@ def filter_candidates(
 
 
 def _devices_fit(snapshot: Snapshot, pod: Pod, node: str, uids: Sequence[str]) -> bool:
-    """Whether the pod's GPU shape (whole devices, or a share of one) fits ``node``'s devices
+    """Whether the pod's GPU ask (whole devices, or a share of one) fits ``node``'s devices
     once the cached victims are gone (enough GPU in total is not enough)."""
-    shape = pod.gpu_shape
-    if not shape[0] or any(uid not in snapshot.pods for uid in uids):
+    ask = GpuAsk.of(pod)
+    if not ask.count or any(uid not in snapshot.pods for uid in uids):
         return True  # victims the cache does not know yet: only their totals can be judged
     free = snapshot.view.gpu_free[snapshot.view.index[node]].copy()
     for uid in set(uids):
         held = snapshot.devices.get(uid)
         if held is not None and held.node == node:
-            free[list(held.devices)] += held.milli
-    return bool(fits_mask(free[None, :], shape)[0])
+            give(free, held.ask, held.devices)
+    return bool(fits_mask(free[None, :], ask)[0])
 
 
 def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str]) -> bool:
