@@ -35,17 +35,10 @@ ROWS = [
         waits={"huge": "2 of 3 members placeable; needs 1 more node with 8 free nvidia.com/gpu"},
     ),
     Scenario(
-        "higher priority first, although younger",
-        boxes(1),
-        (Job("old", 1, 8, age=100), Job("urgent", 1, 8, priority=10)),
-        placed={"urgent": "n0"},
-        waits={"old": "0 of 1 members placeable"},
-    ),
-    Scenario(
-        "equal priority: the older gang first",
-        boxes(1),
-        (Job("young", 1, 8, age=5), Job("old", 1, 8, age=50)),
-        placed={"old": "n0"},
+        "higher priority first, although younger; then the older of equals",
+        boxes(2),
+        (Job("young", 1, 8, age=5), Job("old", 1, 8, age=50), Job("urgent", 1, 8, priority=10)),
+        placed={"urgent": "n0", "old": "n1"},
         waits={"young": "0 of 1 members placeable"},
     ),
     Scenario(
