@@ -7,14 +7,21 @@ import pytest
 from tests.core.scenario import Job, Queue, Scenario, boxes, check, params
 
 TWO_TEAMS = (Queue("a", guaranteed=8), Queue("b", guaranteed=8))
-BORROWED = (Job("a-old", 1, 8, queue="a", priority=50, on="n0", age=5000),
-            Job("a-new", 1, 8, queue="a", priority=50, on="n1", age=100))  # fmt: skip
+BORROWED = (Job("a-old", 1, 8, queue="a", priority=50, on="n0", age=15),
+            Job("a-new", 1, 8, queue="a", priority=50, on="n1", age=5))  # fmt: skip
+
+#: What the simulator shows after the first eviction between queues a and b.
+RECLAIM_LOOP = (
+    "b reclaims from a, a's recreated gang (priority 50) preempts b1 (priority 0) "
+    "although b is within its guarantee, b reclaims again, and so on: about one "
+    "eviction a second, and no job of either queue runs"
+)
 
 ROWS = [
     Scenario(
         "a queue at its limit waits; another queue's gang runs",
         boxes(2),
-        (Job("a1", 1, 8, queue="a", on="n0"), Job("a2", 1, 4, queue="a", age=10),
+        (Job("a1", 1, 8, queue="a", on="n0"), Job("a2", 1, 4, queue="a"),
          Job("b1", 1, 4, queue="b")),
         queues=(Queue("a", limit=8), Queue("b")),
         placed={"b1": "n1"},
@@ -57,6 +64,19 @@ ROWS = [
         placed={"b1": "n1"},
         evicted=("a-new",),
         waits={"b1": "waiting for 1 evicted pods to leave (default/a-new)"},
+        sim_bug=RECLAIM_LOOP,
+    ),
+    Scenario(
+        "priority does not take from another queue within its guarantee",
+        boxes(2),
+        (Job("a-old", 1, 8, queue="a", priority=50, on="n0", age=500),
+         Job("b1", 1, 8, queue="b", on="n1", age=100), Job("a-new", 1, 8, queue="a", priority=50)),
+        queues=TWO_TEAMS,
+        waits={"a-new": "0 of 1 members placeable"},
+        reserved="a-new: n0",
+        bug="a-new preempts b1 by priority although b holds no more than its guarantee and a "
+            "would borrow",
+        sim_bug=RECLAIM_LOOP,
     ),
     Scenario(
         "no reclaim beyond the guarantee: the claim waits",
