@@ -18,7 +18,6 @@ def block(spine: str, name: str, *nodes: str, taint: str = "") -> tuple[Box, ...
 
 TWO_BLOCKS = block("s1", "b1", "a1", "a2") + block("s2", "b2", "c1", "c2")
 THREE_BLOCKS = block("s1", "b1", "a1", "a2") + block("s1", "b2", "a3", "a4") + TWO_BLOCKS[2:]
-NO_BLOCK = "no single block has room for 16 nvidia.com/gpu (largest free: 8)"
 #: Each block full with one gang; low-c is younger, so evicting it loses less work.
 FULL = (Job("low-a", 2, 8, on="a1 a2", age=60), Job("low-c", 2, 8, on="c1 c2", age=30))
 #: ``TWO_BLOCKS`` plus a tainted a3 in block b1; with ``HALF_BUSY``, b1 has 16 GPUs free (8 of
@@ -38,7 +37,7 @@ ROWS = [
         TWO_BLOCKS,
         (Job("low-a", 1, 8, on="a1"), Job("low-c", 1, 8, on="c1"),
          Job("high", 2, 8, priority=100, required="block")),
-        waits={"high": NO_BLOCK},
+        waits={"high": "no single block has room for 16 nvidia.com/gpu (largest free: 8)"},
         reserved="high: a1 a2",
     ),
     Scenario(
