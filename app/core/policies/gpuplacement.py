@@ -29,7 +29,7 @@ import numpy as np
 from app.core.gpu.ask import MIB_MILLI, MILLI, GpuAsk, GpuTable, PodAsk
 from app.core.gpu.ledger import device_count
 from app.core.model.values import GPU_PRODUCT_LABEL, Pod
-from app.core.policies.fgd import LiveGpuPolicy, default_policy
+from app.core.policies.fgd import LiveGpuPolicy
 from app.core.policies.gpushare import Ranking
 from app.core.state.cache import NodeView
 
@@ -89,10 +89,11 @@ def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
 
 
 class GpuPlacement:
-    """Muster's default GPU policy over the cluster cache; thread-safe."""
+    """A live GPU policy (Muster's default: ``fgd.default_policy()``, chosen by the
+    composition root ``app.wiring``) over the cluster cache; thread-safe."""
 
-    def __init__(self, policy: LiveGpuPolicy | None = None) -> None:
-        self.policy = policy if policy is not None else default_policy()
+    def __init__(self, policy: LiveGpuPolicy) -> None:
+        self.policy = policy
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._table: tuple[NodeView, GpuTable] | None = None
