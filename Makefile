@@ -20,14 +20,16 @@ demo: venv
 e2e-provision:
 	bash scripts/provision-k8s.sh
 
-## Lint, then every test, including the real kube-scheduler end-to-end tests
+## Lint and type-check, then every test, including the real kube-scheduler end-to-end tests
 test: venv e2e-provision
 	$(VENV)/bin/ruff check app tests scripts loadtest
+	$(VENV)/bin/mypy app
 	$(VENV)/bin/pytest
 
 lint: venv
 	$(VENV)/bin/ruff check app tests scripts loadtest
 	$(VENV)/bin/ruff format --check app
+	$(VENV)/bin/mypy app
 
 bench: venv
 	$(PY) scripts/bench_extender.py

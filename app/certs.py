@@ -278,7 +278,7 @@ def command(args: argparse.Namespace) -> int:
             log.info("wrote %s", path)
         bundle = ca_bundle(ca)
         if args.patch:
-            from app.k8s.config import load_api_client
+            from app.k8s.config import close_api_client, load_api_client
             from app.k8s.webhooks import patch_ca_bundle
 
             api = load_api_client(args.kubeconfig, False)
@@ -286,7 +286,7 @@ def command(args: argparse.Namespace) -> int:
                 for line in patch_ca_bundle(api, args.webhook_config, bundle):
                     log.info("%s", line)
             finally:
-                api.close()
+                close_api_client(api)
     except MusterError as exc:
         log.error("%s", exc)
         return 2

@@ -141,14 +141,14 @@ def probe_node(args: argparse.Namespace) -> int:
         if args.dry_run:
             return 0
         node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
-        from app.k8s.config import load_api_client
+        from app.k8s.config import close_api_client, load_api_client
         from app.k8s.nodes import patch_node_annotation
 
         api = load_api_client(args.kubeconfig)
         try:
             patch_node_annotation(api, node, GPU_TOPOLOGY, annotation)
         finally:
-            api.close()
+            close_api_client(api)
     except MusterError as exc:
         log.error("%s", exc)
         return 2
@@ -250,7 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(args, "log_level", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return args.func(args)
+    code: int = args.func(args)  # every subcommand's function returns the exit status
+    return code
 
 
 if __name__ == "__main__":

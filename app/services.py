@@ -1,4 +1,10 @@
-"""What one server instance holds: settings, cache, gateway, extender, metrics, cluster sync."""
+"""What one server instance holds: settings, cache, gateway, extender, cluster sync.
+
+``build_services`` assembles the server's edge pieces (the cache filled from a cluster file or
+a watch, the gateway to the cluster) and gets the scheduling graph from the composition root
+``app.wiring``, as the simulator does. The HTTP layer's own pieces (Prometheus metrics) are
+the app factory's (``app.main``).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.api.metrics import Metrics
 from app.core.admission.pods import NamespaceReader, OwnerReader
 from app.core.cycle.loop import PlannerLoop
-from app.core.cycle.planner import Planner
 from app.core.model.clusterfile import load_cluster_file
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
-from app.core.state.queuefile import QueueFile
 from app.core.verbs.extender import Extender
 from app.settings import DEMO_CLUSTER, Settings
+from app.wiring import build_cache, build_graph
 
 log = logging.getLogger("muster")
 
@@ -35,7 +39,6 @@ class Services:
     cache: ClusterCache
     gateway: Gateway
     extender: Extender
-    metrics: Metrics
     source: Source | None = None
     planner_loop: PlannerLoop | None = None
     #: Cluster mode: cached readers of pod owners and namespaces for the admission webhook
@@ -67,7 +70,7 @@ def build_services(
     gateway; cluster mode connects to the API server (``api_client``, or one from the settings)
     and fills the cache from a list+watch once started.
     """
-    cache = ClusterCache(assume_ttl=settings.assume_ttl_seconds)
+    cache = build_cache(settings)
     source: Source | None = None
     owners: OwnerReader | None = None
     namespaces: NamespaceReader | None = None
@@ -86,24 +89,7 @@ def build_services(
         cache.upsert_nodes(load_cluster_file(path))
         cache.mark_synced()
         gateway = gateway or InMemoryGateway(cache)
-    queues = QueueFile(settings.queue_file)
-    planner = Planner(
-        cache,
-        strategy=settings.strategy,
-        plan_ttl=settings.plan_ttl_seconds,
-        queues=queues,
-        scheduler_name=settings.scheduler_name,
-        default_runtime=settings.default_runtime_seconds,
-        min_runtime=settings.min_runtime_seconds,
-        preemption=settings.preemption,
-        topology_keys=settings.topology_keys,
+    graph = build_graph(settings, cache, gateway)
+    return Services(
+        settings, cache, gateway, graph.extender, source, graph.loop, owners, namespaces
     )
-    extender = Extender(
-        cache,
-        gateway,
-        strategy=settings.strategy,
-        planner=planner,
-        barrier_timeout=settings.bind_barrier_seconds,
-    )
-    loop = PlannerLoop(planner, gateway, queues=queues)
-    return Services(settings, cache, gateway, extender, Metrics(), source, loop, owners, namespaces)

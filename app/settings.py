@@ -29,6 +29,8 @@ class Settings:
     #: How long a gang member's bind waits for the rest of its gang; keep it below the
     #: extender httpTimeout kube-scheduler uses (5 s in scheduler-config/).
     bind_barrier_seconds: float = 4.0
+    #: How often the planner loop checks the cache for changes (a cycle runs when it changed).
+    planner_poll_seconds: float = 0.05
     #: How long a gang's plan holds its reservation before the gang must have started.
     plan_ttl_seconds: float = 60.0
     #: Queue configuration file (reloaded when it changes); ``None``: one open queue.

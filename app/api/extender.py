@@ -10,6 +10,7 @@ from pydantic_core import to_json
 
 from app.api import wire
 from app.api.errors import BadRequest, invalid, parse_body
+from app.api.metrics import Metrics
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.model.values import Node, Pod
@@ -36,7 +37,13 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _services(request: Request) -> Services:
-    return request.app.state.muster
+    services: Services = request.app.state.muster
+    return services
+
+
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
 
 
 def _pod(data: dict[str, Any]) -> Pod:
@@ -88,11 +95,11 @@ def _json(model: BaseModel) -> Response:
 )
 async def filter_nodes(request: Request) -> Response:
     """kube-scheduler's filter call: ``ExtenderArgs`` in, ``ExtenderFilterResult`` out."""
-    services = _services(request)
-    with services.metrics.observe("filter"):
+    services, metrics = _services(request), _metrics(request)
+    with metrics.observe("filter"):
         args, pod, nodes = await _extender_args(request)
         result = services.extender.filter(pod, args.NodeNames, nodes)
-        m = services.metrics.filter_nodes
+        m = metrics.filter_nodes
         m.labels("feasible").inc(len(result.feasible))
         m.labels("failed").inc(len(result.failed))
         m.labels("unresolvable").inc(len(result.unresolvable))
@@ -129,8 +136,8 @@ async def filter_nodes(request: Request) -> Response:
 )
 async def prioritize_nodes(request: Request) -> Response:
     """kube-scheduler's prioritize call: ``ExtenderArgs`` in, a bare ``[{Host, Score}]`` out."""
-    services = _services(request)
-    with services.metrics.observe("prioritize"):
+    services, metrics = _services(request), _metrics(request)
+    with metrics.observe("prioritize"):
         args, pod, nodes = await _extender_args(request)
         ranking = services.extender.prioritize(pod, args.NodeNames, nodes)
         return Response(_encode_ranking(ranking), media_type=_JSON)
@@ -144,8 +151,8 @@ async def prioritize_nodes(request: Request) -> Response:
 )
 async def preempt(request: Request) -> Response:
     """kube-scheduler's preempt call; answers by victim UID in both request modes."""
-    services = _services(request)
-    with services.metrics.observe("preempt"):
+    services, metrics = _services(request), _metrics(request)
+    with metrics.observe("preempt"):
         args = parse_body(wire.ExtenderPreemptionArgs, await request.body())
         pod = _pod(args.Pod)
         candidates: dict[str, Victims] = {}
@@ -167,8 +174,8 @@ async def preempt(request: Request) -> Response:
         else:
             raise BadRequest(422, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
         kept = services.extender.preempt(pod, candidates, given)
-        services.metrics.preempt_nodes.labels("kept").inc(len(kept))
-        services.metrics.preempt_nodes.labels("vetoed").inc(len(candidates) - len(kept))
+        metrics.preempt_nodes.labels("kept").inc(len(kept))
+        metrics.preempt_nodes.labels("vetoed").inc(len(candidates) - len(kept))
         answer = wire.ExtenderPreemptionResult(
             NodeNameToMetaVictims={
                 node: wire.MetaVictims(
@@ -189,11 +196,11 @@ async def preempt(request: Request) -> Response:
 )
 async def bind(request: Request) -> Response:
     """kube-scheduler's bind call: creates the Binding; failures come back as ``Error``."""
-    services = _services(request)
-    with services.metrics.observe("bind"):
+    services, metrics = _services(request), _metrics(request)
+    with metrics.observe("bind"):
         args = parse_body(wire.ExtenderBindingArgs, await request.body())
         outcome = await services.extender.bind(
             args.PodNamespace, args.PodName, args.PodUID, args.Node
         )
-        services.metrics.binds.labels(outcome.reason).inc()
+        metrics.binds.labels(outcome.reason).inc()
         return _json(wire.ExtenderBindingResult(Error=outcome.error))

@@ -1,4 +1,8 @@
-"""Prometheus metrics of one app instance (its own registry: nothing global)."""
+"""Prometheus metrics of one app instance (its own registry: nothing global).
+
+The HTTP layer owns them: the app factory (``app.main``) creates one ``Metrics`` per app
+(``app.state.metrics``) and the handlers record into it; nothing below ``app.api`` knows them.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from app.services import Services
 
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
             1.0, 2.5, 5.0)  # fmt: skip
@@ -91,10 +97,11 @@ router = APIRouter(tags=["operations"])
 @router.get("/metrics", summary="Prometheus metrics")
 def metrics(request: Request) -> Response:
     """Prometheus text exposition of this server's metrics."""
-    services = request.app.state.muster
+    services: Services = request.app.state.muster
+    mine: Metrics = request.app.state.metrics
     snapshot = services.cache.snapshot()
-    services.metrics.cache_nodes.set(len(snapshot.view.nodes))
-    services.metrics.cache_pods.set(len(snapshot.pods))
+    mine.cache_nodes.set(len(snapshot.view.nodes))
+    mine.cache_pods.set(len(snapshot.pods))
     view = snapshot.view
     free = view.gpu_free
     exists = np.arange(free.shape[1]) < (view.allocatable[:, 0] // 1000)[:, None]
@@ -102,6 +109,6 @@ def metrics(request: Request) -> Response:
     full = exists & (free <= 0)
     shared = exists & ~idle & ~full
     for state, mask in (("idle", idle), ("shared", shared), ("full", full)):
-        services.metrics.gpu_devices.labels(state).set(int(mask.sum()))
-    services.metrics.gpu_free_on_shared.set(float(free[shared].sum()) / 1000)
-    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        mine.gpu_devices.labels(state).set(int(mask.sum()))
+    mine.gpu_free_on_shared.set(float(free[shared].sum()) / 1000)
+    return Response(generate_latest(mine.registry), media_type=CONTENT_TYPE_LATEST)

@@ -92,7 +92,8 @@ class AdmissionReview(BaseModel):
 
 
 def _services(request: Request) -> Services:
-    return request.app.state.muster
+    services: Services = request.app.state.muster
+    return services
 
 
 def _parse(body: bytes) -> AdmissionRequest:

@@ -69,10 +69,11 @@ class HostPriority(_Wire):
 
 
 class HostPriorityDict(TypedDict):
-    """``HostPriority`` as a plain dict, for fast serialisation of long lists."""
+    """``HostPriority`` as a plain dict, for fast serialisation of long lists (output only, so
+    no input aliases)."""
 
-    Host: str = go("Host")
-    Score: int = go("Score")
+    Host: str
+    Score: int
 
 
 class MetaPod(_Wire):

@@ -62,7 +62,9 @@ def load_api_client(kubeconfig: str | None = None, in_cluster: bool | None = Non
         in_cluster = kubeconfig is None and _in_pod()
     if in_cluster:
         try:
-            load_incluster_config(client_configuration=configuration)
+            load_incluster_config(  # type: ignore[no-untyped-call]  # kubernetes: unannotated
+                client_configuration=configuration
+            )
         except ConfigException as exc:
             raise MusterError(f"cannot load the in-cluster configuration: {exc}") from exc
         return ApiClient(configuration)
@@ -70,9 +72,14 @@ def load_api_client(kubeconfig: str | None = None, in_cluster: bool | None = Non
     if not _any_exists(paths):
         raise MusterError(f"kubeconfig {paths} does not exist")
     try:
-        load_kube_config(
+        load_kube_config(  # type: ignore[no-untyped-call]  # kubernetes: unannotated
             config_file=paths, client_configuration=configuration, persist_config=False
         )
     except Exception as exc:  # the loader raises YAML, OS, key and value errors alike
         raise MusterError(f"cannot load kubeconfig {paths}: {exc}") from exc
     return ApiClient(configuration)
+
+
+def close_api_client(api: ApiClient) -> None:
+    """Close ``api``'s connection pool and worker threads."""
+    api.close()  # type: ignore[no-untyped-call]  # kubernetes: unannotated

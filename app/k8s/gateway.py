@@ -98,6 +98,9 @@ class KubeGateway:
     is the (connect, read) timeout in seconds of every call.
     """
 
+    #: Every action is a network call: async callers run it in a worker thread.
+    blocking = True
+
     def __init__(
         self,
         api: ApiClient,

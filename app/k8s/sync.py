@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -58,8 +58,8 @@ class _Kind:
     name: str
     list_fn: Callable[..., Any]
     replace: Callable[[list[dict[str, Any]]], int]
-    upsert: Callable[[dict[str, Any]], None]
-    delete: Callable[[dict[str, Any]], None]
+    upsert: Callable[[dict[str, Any]], object]  # what it returns is ignored
+    delete: Callable[[dict[str, Any]], object]  # what it returns is ignored
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -245,7 +245,9 @@ class _Reflector:
             if self._stop.is_set():  # stop() may have come before the response was published
                 return
             self._healthy()
-            for line in iter_resp_lines(response):
+            # kubernetes' iter_resp_lines is unannotated; it yields decoded lines.
+            lines: Iterator[str] = iter_resp_lines(response)  # type: ignore[no-untyped-call]
+            for line in lines:
                 if line:
                     self._handle(line)
                 if self._stop.is_set():
@@ -278,7 +280,7 @@ class _Reflector:
         if resource_version:
             self.resource_version = str(resource_version)
 
-    def _apply(self, action: Callable[[dict[str, Any]], None], obj: dict[str, Any]) -> None:
+    def _apply(self, action: Callable[[dict[str, Any]], object], obj: dict[str, Any]) -> None:
         try:
             action(obj)
         except InvalidInput as exc:

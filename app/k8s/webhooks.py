@@ -8,10 +8,11 @@ of each webhook's name makes a concurrent reordering fail instead of patching th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from kubernetes.client import AdmissionregistrationV1Api, ApiClient
 from kubernetes.client.exceptions import ApiException
+from urllib3 import BaseHTTPResponse
 from urllib3.exceptions import HTTPError
 
 from app.core.model.errors import MusterError
@@ -47,7 +48,11 @@ def patch_ca_bundle(api: ApiClient, name: str, ca_bundle: str) -> list[str]:
     patched = 0
     for kind, read, patch in kinds:
         try:
-            response = read(name, _preload_content=False, _request_timeout=_TIMEOUT)
+            # With _preload_content=False the client returns the raw urllib3 response, not
+            # the model its annotations name.
+            response = cast(
+                BaseHTTPResponse, read(name, _preload_content=False, _request_timeout=_TIMEOUT)
+            )
             config = json.loads(response.data)
             ops = ca_bundle_patch(config, ca_bundle)
             if not ops:

@@ -33,7 +33,6 @@ from app.core.model.queues import OPEN
 from app.core.model.runtime import EXPECTED_RUNTIME
 from app.core.model.values import Pod
 from app.core.policies.drf import deserved
-from app.core.state.cache import ClusterCache
 from app.core.state.queueusage import QueueUsage
 from app.sim import bounds
 from app.sim.apiserver import SimApi
@@ -48,8 +47,9 @@ from app.sim.metrics import (
     percentile,
     queue_figures,
 )
-from app.sim.policies import MusterPolicy, PolicyConfig, make_policy
+from app.sim.policies import MusterPolicy, PolicyConfig, make_policy, settings_of
 from app.sim.workload import ClusterSpec, Job, MixSpec, WorkloadSpec, generate, generate_mix
+from app.wiring import build_cache
 
 _GPU, _CPU, _MEM, _PODS = 0, 1, 2, 3
 
@@ -124,7 +124,7 @@ class Simulation:
     ) -> None:
         self.config = config or SimConfig()
         self.clock = SimClock()
-        self.cache = ClusterCache(clock=self.clock)
+        self.cache = build_cache(settings_of(self.config.policy_config), clock=self.clock)
         self.cache.upsert_nodes(cluster.build())
         self.cache.mark_synced()
         self.api = SimApi(self.cache, self)

@@ -95,7 +95,8 @@ class Trace:
     @property
     def gpu_request(self) -> np.ndarray:
         """Milli-GPU asked by each pod."""
-        return self.num_gpu * self.gpu_milli
+        asked: np.ndarray = self.num_gpu * self.gpu_milli
+        return asked
 
 
 def load_trace(path: str | Path) -> Trace:

@@ -7,7 +7,8 @@
   nudges newly planned members (``PlannerLoop.run_once``: the annotation is a pod update
   that kube-scheduler's queue reacts to). Binds go through ``GangBinder``'s synchronous core
   on the simulated clock: members wait at the barrier in simulated time, and ``expire()``
-  runs at each barrier deadline.
+  runs at each barrier deadline. All of it is the server's graph, built by the same
+  composition root (``app.wiring.build_graph``) with the simulated clock.
 * ``default``: plain kube-scheduler. Resource fit only (``filter_nodes`` on the same cache),
   the spreading score (kube-scheduler's default ``LeastAllocated``; ``policies.spread``),
   every pod assumed and bound on its own, no gang semantics.
@@ -28,22 +29,20 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.core.cycle.loop import PlannerLoop
-from app.core.cycle.planner import Planner
 from app.core.model.errors import BindRejected, GatewayError
 from app.core.model.gang import gang_spec
 from app.core.model.queues import OPEN, QueueConfig
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.queuefile import QueueFile
-from app.core.verbs.bind import Binder
-from app.core.verbs.extender import Extender
 from app.core.verbs.filter import FilterResult, filter_nodes
-from app.core.verbs.gangbind import BindRequest, GangBinder
+from app.core.verbs.gangbind import BindRequest
 from app.core.verbs.prioritize import prioritize
+from app.settings import Settings
 from app.sim.apiserver import SimApi
 from app.sim.clock import SimClock
 from app.sim.kubescheduler import Decision
+from app.wiring import build_graph
 
 BindDone = Callable[[str, str], None]
 POLICIES = ("muster", "default", "muster-gated")
@@ -66,6 +65,19 @@ class PolicyConfig:
     preemption: bool = True
     #: Muster's ``--default-runtime``: expected runtime of pods that declare none.
     default_runtime: float = 3600.0
+
+
+def settings_of(config: PolicyConfig) -> Settings:
+    """The server settings that ``config``'s knobs stand for."""
+    return Settings(
+        strategy=config.strategy,
+        bind_barrier_seconds=config.barrier_timeout,
+        plan_ttl_seconds=config.plan_ttl,
+        planner_poll_seconds=config.planner_poll,
+        min_runtime_seconds=config.min_runtime,
+        preemption=config.preemption,
+        default_runtime_seconds=config.default_runtime,
+    )
 
 
 class StaticQueues(QueueFile):
@@ -159,21 +171,19 @@ class MusterPolicy:
         self._config = config
         self._gates = gates
         self._rng = random.Random(config.seed)
-        self.planner = Planner(
-            cache, strategy=config.strategy, plan_ttl=config.plan_ttl, clock=clock, wall=clock,
-            queues=StaticQueues(config.queues), min_runtime=config.min_runtime,
-            preemption=config.preemption, default_runtime=config.default_runtime,
-        )  # fmt: skip
-        self.extender = Extender(
-            cache, api, strategy=config.strategy, planner=self.planner,
-            barrier_timeout=config.barrier_timeout,
-        )  # fmt: skip
-        # The extender's own GangBinder runs on wall time; the simulation needs its clock.
-        self.binder = GangBinder(
-            cache, self.planner, Binder(cache, api), api,
-            timeout=config.barrier_timeout, clock=clock,
-        )  # fmt: skip
-        self.loop = PlannerLoop(self.planner, api, poll=config.planner_poll)
+        # The server's graph (``app.wiring``), on the simulated clock.
+        self.graph = build_graph(
+            settings_of(config),
+            cache,
+            api,
+            clock=clock,
+            wall=clock,
+            queues=StaticQueues(config.queues),
+        )
+        self.planner = self.graph.planner
+        self.extender = self.graph.extender
+        self.binder = self.graph.gang_binder
+        self.loop = self.graph.loop
         self._names = [n.name for n in cache.view().nodes]
         self._waiting: dict[str, tuple[BindRequest, BindDone]] = {}
         self._expiry_checks: set[float] = set()

@@ -9,6 +9,7 @@ amounts (guarantees and limits), so shares stay the same at any scale.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from app.core.model.queues import UNLIMITED, QueueConfig, parse_queue_config
 from app.core.model.values import Resources
@@ -47,7 +48,16 @@ def scale_queues(config: QueueConfig, factor: float) -> QueueConfig:
 
 
 _GPU_CLUSTER = ClusterSpec(nodes=16, cpu=64.0, gpus=8, memory_gib=512.0)
-_NO_DEADLINE = {"deadline": 0.0, "namespace": "sim"}
+
+
+class _Common(TypedDict):
+    """``WorkloadSpec`` fields every class of these scenarios shares."""
+
+    deadline: float
+    namespace: str
+
+
+_NO_DEADLINE: _Common = {"deadline": 0.0, "namespace": "sim"}
 
 #: Three queues (weights 2:1:1, guarantees in the same proportion) on 128 GPUs, each with far
 #: more work than its share, submitted over the first 10 minutes: deserved 64/32/32 GPUs. Jobs

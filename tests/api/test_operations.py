@@ -6,13 +6,12 @@ import json
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.api.metrics import Metrics
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
-from app.core.verbs.extender import Extender
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings
+from app.wiring import build_graph
 from tests.conftest import running
 from tests.factories import pod_json
 
@@ -109,13 +108,9 @@ def test_bad_request_is_counted_with_its_code() -> None:
 
 def test_readyz_is_503_until_synced() -> None:
     cache = ClusterCache()
-    services = Services(
-        Settings(),
-        cache,
-        InMemoryGateway(cache),
-        Extender(cache, InMemoryGateway(cache)),
-        Metrics(),
-    )
+    gateway = InMemoryGateway(cache)
+    extender = build_graph(Settings(), cache, gateway).extender
+    services = Services(Settings(), cache, gateway, extender)
     with running(create_app(services=services)) as client:
         assert client.get("/readyz").status_code == 503
         cache.mark_synced()
@@ -125,4 +120,4 @@ def test_readyz_is_503_until_synced() -> None:
 def test_each_app_has_its_own_state() -> None:
     first, second = create_app(), create_app()
     assert first.state.muster.cache is not second.state.muster.cache
-    assert first.state.muster.metrics.registry is not second.state.muster.metrics.registry
+    assert first.state.metrics.registry is not second.state.metrics.registry

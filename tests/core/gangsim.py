@@ -10,12 +10,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from app.core.cycle.planner import Planner
 from app.core.model.values import Node, Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.bind import BindOutcome
 from app.core.verbs.extender import Extender
+from app.settings import Settings
+from app.wiring import build_cache, build_graph
+
+#: ``planner_options`` keys (the Planner's parameters) -> the ``Settings`` field for each.
+_SETTING_OF = {
+    "min_runtime": "min_runtime_seconds",
+    "plan_ttl": "plan_ttl_seconds",
+    "preemption": "preemption",
+    "default_runtime": "default_runtime_seconds",
+    "topology_keys": "topology_keys",
+}
 
 
 @dataclass
@@ -40,15 +50,17 @@ class Cluster:
     extender: Extender = field(init=False)
 
     def __post_init__(self) -> None:
-        self.cache = ClusterCache()
+        options = dict(self.planner_options)
+        queues = options.pop("queues", None)
+        settings = Settings(
+            strategy="binpack",
+            bind_barrier_seconds=self.barrier_timeout,
+            **{_SETTING_OF[k]: v for k, v in options.items()},
+        )
+        self.cache = build_cache(settings)
         self.cache.upsert_nodes(self.nodes)
         self.gateway = InMemoryGateway(self.cache)
-        self.extender = Extender(
-            self.cache,
-            self.gateway,
-            planner=Planner(self.cache, **self.planner_options),
-            barrier_timeout=self.barrier_timeout,
-        )
+        self.extender = build_graph(settings, self.cache, self.gateway, queues=queues).extender
 
     @property
     def names(self) -> list[str]:

@@ -21,6 +21,8 @@ from app.core.model.values import Node, Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.extender import Extender
+from app.settings import Settings
+from app.wiring import build_graph
 from tests.factories import node, pod
 
 PCIE_PAIRS = to_annotation(
@@ -150,12 +152,19 @@ CASES = [
 ]
 
 
+def extender_for(
+    cache: ClusterCache, gateway: InMemoryGateway, strategy: str = "binpack"
+) -> Extender:
+    """An extender wired as the server wires it (``app.wiring``)."""
+    return build_graph(Settings(strategy=strategy), cache, gateway).extender
+
+
 def run_case(case: Case) -> tuple[ClusterCache, Extender, InMemoryGateway]:
     cache = ClusterCache()
     cache.upsert_nodes(case.nodes)
     cache.upsert_pods(case.running)
     gateway = InMemoryGateway(cache)
-    extender = Extender(cache, gateway, strategy="muster")
+    extender = extender_for(cache, gateway, "muster")
     for step in case.steps:
         names = [n.name for n in case.nodes]
         if step.filter:
@@ -216,7 +225,7 @@ def test_pods_bound_elsewhere_are_counted_even_when_they_overcommit() -> None:
     cache.upsert_pod(share("b", "0.5", node="n"))  # another scheduler put it there
     view = cache.view()
     assert view.gpu_free[0, 0] == -250
-    extender = Extender(cache, InMemoryGateway(cache))
+    extender = extender_for(cache, InMemoryGateway(cache))
     result = extender.filter(share("c", "0.1"), ["n"])
     assert result.feasible == []
 
@@ -225,7 +234,7 @@ def test_parallel_share_binds_never_overcommit_a_device() -> None:
     cache = ClusterCache()
     cache.upsert_nodes([gpu_node(f"n{i}", 2) for i in range(3)])
     gateway = InMemoryGateway(cache)
-    extender = Extender(cache, gateway, strategy="muster")
+    extender = extender_for(cache, gateway, "muster")
     rng = random.Random(7)
     pods = [share(f"p{i}", rng.choice(["0.1", "0.25", "0.3", "0.5", "0.7"])) for i in range(60)]
     for p in pods:
@@ -253,7 +262,7 @@ def test_random_binds_and_deletes_keep_devices_within_bounds(seed: int) -> None:
     cache = ClusterCache()
     nodes = [gpu_node(f"n{i}", rng.choice([1, 2, 4, 8])) for i in range(4)]
     cache.upsert_nodes(nodes)
-    extender = Extender(cache, InMemoryGateway(cache), strategy="muster")
+    extender = extender_for(cache, InMemoryGateway(cache), "muster")
     alive: list[Pod] = []
     for i in range(150):
         if alive and rng.random() < 0.3:
@@ -291,7 +300,7 @@ def test_gpu_model_constraints_use_ordinary_node_affinity() -> None:
     t4 = replace(node("t4", gpus=4), labels={"nvidia.com/gpu.product": "Tesla-T4"})
     cache = ClusterCache()
     cache.upsert_nodes([a100, t4])
-    extender = Extender(cache, InMemoryGateway(cache), strategy="muster")
+    extender = extender_for(cache, InMemoryGateway(cache), "muster")
     only_t4 = [
         {
             "matchExpressions": [

@@ -27,7 +27,7 @@ class Resources(NamedTuple):
     memory: int = 0
     pods: int = 0
 
-    def __add__(self, other: object) -> Resources:  # type: ignore[override]
+    def __add__(self, other: object) -> Resources:
         if not isinstance(other, Resources):
             return NotImplemented
         return Resources(*(a + b for a, b in zip(self, other, strict=True)))

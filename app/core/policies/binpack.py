@@ -21,7 +21,8 @@ class BinPack:
     def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
         """Integer scores 0..``MAX_NODE_SCORE`` for nodes ``rows``."""
         raw = utilisation_after(view, rows, requests) * keeps_gpus_free(view, rows, requests)
-        return np.rint(raw * MAX_NODE_SCORE).astype(np.int64)
+        scores: np.ndarray = np.rint(raw * MAX_NODE_SCORE).astype(np.int64)
+        return scores
 
 
 POLICY = BinPack()

@@ -30,7 +30,7 @@ import numpy as np
 from app.core.gpu.ask import MIB_MILLI, MILLI, GpuAsk, PodAsk
 from app.core.gpu.table import GpuTable
 from app.core.model.values import Pod
-from app.core.policies.fgd import LiveGpuPolicy, default_policy
+from app.core.policies.fgd import LiveGpuPolicy
 from app.core.policies.gpushare import DeviceRanking
 from app.core.state.cache import NodeView
 
@@ -54,10 +54,11 @@ def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
 
 
 class GpuPlacement:
-    """Muster's default GPU policy over the cluster cache; thread-safe."""
+    """A live GPU policy (Muster's default: ``fgd.default_policy()``, chosen by the
+    composition root ``app.wiring``) over the cluster cache; thread-safe."""
 
-    def __init__(self, policy: LiveGpuPolicy | None = None) -> None:
-        self.policy = policy if policy is not None else default_policy()
+    def __init__(self, policy: LiveGpuPolicy) -> None:
+        self.policy = policy
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._table: tuple[NodeView, GpuTable] | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.core.model.values import Node, Pod, Requirement, SelectorTerm
-from app.core.state.nodetable import NodeTable
+from app.core.state.nodetable import NodeTable, is_none
 
 
 def _int(text: str) -> int | None:
@@ -57,7 +57,7 @@ def check(node: Node, pod: Pod) -> str | None:
 def _vector(requirement: Requirement, values: np.ndarray) -> np.ndarray:
     """``_matches`` over an object array of label values (``None`` = absent)."""
     op = requirement.operator
-    present = np.not_equal(values, None)
+    present = ~is_none(values)
     if op == "In":
         return present & np.isin(values, list(requirement.values))
     if op == "NotIn":
@@ -106,12 +106,12 @@ def reasons(table: NodeTable, pod: Pod, rows: np.ndarray) -> np.ndarray:
     """``check`` for every row in ``rows`` at once: an object array of reasons (``None``: ok)."""
     out = np.full(len(rows), None, dtype=object)
     for key, wanted in pod.node_selector.items():
-        bad = (table.column(key)[rows] != wanted) & np.equal(out, None)
+        bad = (table.column(key)[rows] != wanted) & is_none(out)
         out[bad] = f"nodeSelector {key}={wanted} not matched"
     terms = pod.required_affinity
     if terms is not None:
         ok = np.zeros(len(rows), dtype=bool)
         for term in terms:
             ok |= _term_vector(term, table, rows)
-        out[~ok & np.equal(out, None)] = "required node affinity not matched"
+        out[~ok & is_none(out)] = "required node affinity not matched"
     return out

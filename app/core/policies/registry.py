@@ -15,6 +15,7 @@ from app.core.model.values import Pod
 from app.core.policies import binpack, nodeaffinity, nodeunschedulable, spread, taints
 from app.core.policies.interfaces import LabelFilter, NodeFilter, Scorer
 from app.core.state.cache import NodeView
+from app.core.state.nodetable import is_none
 
 #: Usage-independent per-node filters, judged once per taint group.
 NODE_FILTERS: tuple[NodeFilter, ...] = (nodeunschedulable.POLICY, taints.POLICY)
@@ -55,9 +56,9 @@ def check_reasons(view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray | No
         if out is None:
             out = found
         else:
-            fill = np.equal(out, None)
+            fill = is_none(out)
             out[fill] = found[fill]
-    if out is not None and np.equal(out, None).all():
+    if out is not None and is_none(out).all():
         return None
     return out
 
@@ -68,7 +69,7 @@ def eligible(view: NodeView, pod: Pod) -> np.ndarray:
     Independent of usage, so a planner can compute it once per member and reuse it.
     """
     reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
-    return np.ones(len(view.nodes), dtype=bool) if reasons is None else np.equal(reasons, None)
+    return np.ones(len(view.nodes), dtype=bool) if reasons is None else is_none(reasons)
 
 
 class UnknownStrategy(KeyError, ValueError):

@@ -20,7 +20,8 @@ class Spread:
         raw = (1.0 - utilisation_after(view, rows, requests)) * keeps_gpus_free(
             view, rows, requests
         )
-        return np.rint(raw * MAX_NODE_SCORE).astype(np.int64)
+        scores: np.ndarray = np.rint(raw * MAX_NODE_SCORE).astype(np.int64)
+        return scores
 
 
 POLICY = Spread()

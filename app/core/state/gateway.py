@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from app.core.model.errors import GatewayError
 from app.core.model.labels import GPU_IDS
@@ -19,8 +19,15 @@ from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 
 
+@runtime_checkable
 class Gateway(Protocol):
-    """Actions on the cluster. Every method raises ``GatewayError`` when the API refuses."""
+    """Actions on the cluster. Every method raises ``GatewayError`` when the API refuses.
+
+    ``blocking`` says whether the actions do I/O: when true, async callers run them in a worker
+    thread; when false (the in-memory cluster), they may call them on the event loop.
+    """
+
+    blocking: bool
 
     def bind(
         self,
@@ -37,6 +44,10 @@ class Gateway(Protocol):
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         """Evict the pod through the Eviction API (PodDisruptionBudgets apply; a refusal is
         ``GatewayError("TooManyRequests")``). ``dry_run`` only asks whether it would work."""
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod at once if it still has ``uid`` (rolling a gang back, or removing a
+        victim whose eviction was refused halfway through its gang)."""
 
     def annotate_pod(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]

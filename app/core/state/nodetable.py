@@ -14,7 +14,15 @@ from itertools import repeat
 
 import numpy as np
 
-from app.core.model.values import Node
+from app.core.model.values import Node, Taint
+
+_NONE = np.array(None, dtype=object)
+
+
+def is_none(values: np.ndarray) -> np.ndarray:
+    """``v is None`` for every element of an object array (label columns, per-row reasons)."""
+    found: np.ndarray = np.equal(values, _NONE)
+    return found
 
 
 class NodeTable:
@@ -39,7 +47,7 @@ class NodeTable:
         ``(group id per row, a representative node per group)``. Group 0 (representative
         ``None``) is "no blocking taint, not cordoned": those checks pass for every pod.
         """
-        keys: dict[tuple, int] = {}
+        keys: dict[tuple[bool, tuple[Taint, ...]], int] = {}
         representatives: list[Node | None] = [None]
         groups = np.zeros(len(self.nodes), dtype=np.int64)
         for row in np.flatnonzero(self.special).tolist():

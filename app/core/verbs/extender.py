@@ -1,7 +1,8 @@
 """The extender service: the four kube-scheduler verbs over the cluster cache and the planner.
 
 HTTP handlers translate wire JSON into model values and call this; it owns no I/O except
-through the ``Gateway`` that binds use.
+through the ``Gateway`` that binds use. Its collaborators are injected; ``app.wiring`` builds
+them for the server and the simulator alike.
 
 Gang members are served from the planner's plans: filter offers exactly the planned node and
 rejects every other candidate as *unresolvable* (FailedAndUnresolvableNodes) — on purpose:
@@ -23,40 +24,37 @@ from app.core.model.gang import gang_spec
 from app.core.model.values import Node, Pod
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.state.cache import ClusterCache
-from app.core.state.gateway import Gateway
 from app.core.verbs import victimcheck
-from app.core.verbs.bind import Binder, BindOutcome
+from app.core.verbs.bind import BindOutcome
 from app.core.verbs.filter import FilterResult, filter_nodes
 from app.core.verbs.gangbind import GangBinder
 from app.core.verbs.prioritize import MAX_SCORE, STRATEGIES, Ranking, rank
 
 
 class Extender:
-    """filter / prioritize / preempt / bind for one cluster cache."""
+    """filter / prioritize / preempt / bind for one cluster cache.
+
+    Its collaborators are built by the composition root (``app.wiring``): the ``planner``
+    whose plans it serves, the ``binder`` that binds through the barrier, and ``gpu``, the
+    live GPU placement policy (``None``: GPU-blind ``strategy`` scoring only).
+    """
 
     def __init__(
         self,
         cache: ClusterCache,
-        gateway: Gateway,
+        planner: Planner,
+        binder: GangBinder,
         *,
         strategy: str = "binpack",
-        planner: Planner | None = None,
-        barrier_timeout: float = 4.0,
+        gpu: GpuPlacement | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
         self.cache = cache
         self.strategy = strategy
-        self.planner = planner or Planner(cache, strategy=strategy)
-        self.gpu = GpuPlacement() if strategy == "muster" else None
-        chooser = None if self.gpu is None else self._devices
-        self.binder = GangBinder(
-            cache, self.planner, Binder(cache, gateway, chooser), gateway, timeout=barrier_timeout
-        )
-
-    def _devices(self, pod: Pod, node: str) -> tuple[int, ...] | None:
-        assert self.gpu is not None
-        return self.gpu.devices(self.cache.view(), pod, node)
+        self.planner = planner
+        self.gpu = gpu
+        self.binder = binder
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,16 +70,18 @@ class GangBinder:
         planner: Planner,
         binder: Binder,
         gateway: Gateway,
+        barrier: Barrier[BindRequest],
         *,
-        timeout: float = 4.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
+        """``clock`` times the barrier's waits: monotonic seconds on the server, simulated time
+        in the simulator (``app.wiring`` builds both)."""
         self._cache = cache
         self._planner = planner
         self._binder = binder
         self._gateway = gateway
         self._clock = clock
-        self.barrier: Barrier[BindRequest] = Barrier(timeout)
+        self.barrier = barrier
         self._futures: dict[str, asyncio.Future[BindOutcome]] = {}
 
     @property
@@ -151,7 +152,7 @@ class GangBinder:
         for gang in self.barrier.gangs():
             if self._planner.plan(gang) is None:
                 self.barrier.take(gang)
-        answers = []
+        answers: list[tuple[BindRequest, BindOutcome]] = []
         arrived = self.barrier.waiting()
         for gang, items in self.barrier.expire(self._clock()):
             plan = self._planner.plan(gang)
@@ -182,7 +183,7 @@ class GangBinder:
         if ticket.outcome is not None:
             return ticket.outcome
         if ticket.status.ok and not ticket.released:
-            if not getattr(self._gateway, "blocking", True):
+            if not self._gateway.blocking:
                 return self.bind_one(request)  # in-memory: no I/O, no thread hop
             return await asyncio.to_thread(self.bind_one, request)
         future: asyncio.Future[BindOutcome] = asyncio.get_running_loop().create_future()

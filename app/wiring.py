@@ -1,0 +1,104 @@
+"""The composition root: the one place that builds Muster's scheduling graph.
+
+Domain classes take their collaborators as constructor parameters and build none of them;
+this module decides which ones they get, from ``Settings`` and the edge pieces the caller
+owns (the cache it fills, the gateway to the cluster, the clocks). The server
+(``app.services``) and the simulator (``app.sim.policies``) both call ``build_graph``, so they
+run the same graph; the simulator passes its simulated clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.core.cycle.loop import PlannerLoop
+from app.core.cycle.planner import Planner
+from app.core.model.values import Pod
+from app.core.policies.fgd import default_policy
+from app.core.policies.gpuplacement import GpuPlacement
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import Gateway
+from app.core.state.queuefile import QueueFile
+from app.core.verbs.barrier import Barrier
+from app.core.verbs.bind import Binder, DeviceChooser
+from app.core.verbs.extender import Extender
+from app.core.verbs.gangbind import BindRequest, GangBinder
+from app.settings import Settings
+
+#: Seconds from some fixed point: ``time.monotonic`` on the server, simulated time in the
+#: simulator.
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """Everything ``build_graph`` wired, for the server's handlers and the simulator."""
+
+    settings: Settings
+    cache: ClusterCache
+    gateway: Gateway
+    queues: QueueFile
+    planner: Planner
+    #: The live GPU placement policy (strategy ``muster`` only).
+    gpu: GpuPlacement | None
+    binder: Binder
+    gang_binder: GangBinder
+    extender: Extender
+    loop: PlannerLoop
+
+
+def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
+    """An empty cluster cache for ``settings`` (the caller fills it)."""
+    return ClusterCache(assume_ttl=settings.assume_ttl_seconds, clock=clock)
+
+
+def device_chooser(gpu: GpuPlacement, cache: ClusterCache) -> DeviceChooser:
+    """The binder's device choice: the devices ``gpu`` wants on the node, in the live view."""
+
+    def choose(pod: Pod, node: str) -> tuple[int, ...] | None:
+        return gpu.devices(cache.view(), pod, node)
+
+    return choose
+
+
+def build_graph(
+    settings: Settings,
+    cache: ClusterCache,
+    gateway: Gateway,
+    *,
+    clock: Clock = time.monotonic,
+    wall: Clock = time.time,
+    queues: QueueFile | None = None,
+) -> Graph:
+    """Wire the planner, GPU placement, binders, extender and planner loop over ``cache``.
+
+    ``clock`` times plans, reservations and the bind barrier; ``wall`` is the epoch time pods'
+    start times are compared with. ``queues`` defaults to ``settings.queue_file`` (``None``:
+    one open queue); the simulator passes a fixed configuration instead.
+    """
+    if queues is None:
+        queues = QueueFile(settings.queue_file)
+    planner = Planner(
+        cache,
+        strategy=settings.strategy,
+        plan_ttl=settings.plan_ttl_seconds,
+        clock=clock,
+        queues=queues,
+        scheduler_name=settings.scheduler_name,
+        default_runtime=settings.default_runtime_seconds,
+        wall=wall,
+        min_runtime=settings.min_runtime_seconds,
+        preemption=settings.preemption,
+        topology_keys=settings.topology_keys,
+    )
+    gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
+    binder = Binder(cache, gateway, None if gpu is None else device_chooser(gpu, cache))
+    barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
+    gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock)
+    extender = Extender(cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu)
+    loop = PlannerLoop(planner, gateway, poll=settings.planner_poll_seconds, queues=queues)
+    return Graph(
+        settings, cache, gateway, queues, planner, gpu, binder, gang_binder, extender, loop
+    )
