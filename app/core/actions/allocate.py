@@ -18,7 +18,7 @@ import numpy as np
 from app.core.gpu.ask import GpuAsk, fits_mask, take
 from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
-from app.core.policies.registry import eligible, scorer
+from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
 from app.core.state.cache import NodeView, shortfall
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
@@ -56,12 +56,11 @@ def allocate(
     chosen = np.zeros(len(view.nodes), dtype=bool)
     gpu_free = view.gpu_free.copy()
     all_rows = np.arange(len(view.nodes))
-    masks: dict[tuple, np.ndarray] = {}
+    masks: dict[Constraint, np.ndarray] = {}
     for pod in sorted(
         members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory)
     ):
-        signature = (tuple(sorted(pod.node_selector.items())), pod.tolerations,
-                     pod.required_affinity)  # fmt: skip
+        signature = constraint_of(pod)
         mask = masks.get(signature)
         if mask is None:
             mask = masks[signature] = eligible(view, pod)

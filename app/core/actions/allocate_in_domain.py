@@ -42,8 +42,8 @@ import numpy as np
 from app.core.actions.allocate import Allocation, allocate
 from app.core.model import labels
 from app.core.model.quantity import format_milli
-from app.core.model.values import RESOURCE_NAMES, Pod
-from app.core.policies.registry import eligible
+from app.core.model.values import RESOURCE_NAMES, Pod, Resources
+from app.core.policies.registry import Constraint, constraint_of, eligible
 from app.core.state.cache import NodeView
 from app.core.state.domains import Ask, Tree
 
@@ -124,11 +124,10 @@ def allocate_topology(
 
 def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> _Demand:
     free = np.maximum(view.allocatable - view.used, 0)
-    masks: dict[tuple[object, ...], np.ndarray] = {}
-    kinds: dict[tuple[object, ...], int] = {}
+    masks: dict[Constraint, np.ndarray] = {}
+    kinds: dict[tuple[Resources, Constraint], int] = {}
     for pod in members:
-        constraint = (tuple(sorted(pod.node_selector.items())), pod.tolerations,
-                      pod.required_affinity)  # fmt: skip
+        constraint = constraint_of(pod)
         if constraint not in masks:
             masks[constraint] = eligible(view, pod)
         kind = (pod.requests, constraint)
@@ -162,7 +161,7 @@ def _best(
     r = len(RESOURCE_NAMES)
     sums = tree.sums(level, demand.columns)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
-    ok = (free >= demand.total).all(axis=1) & (slots >= demand.counts).all(axis=1)
+    ok = np.asarray((free >= demand.total).all(axis=1) & (slots >= demand.counts).all(axis=1))
     if len(demand.pinned):
         homes = np.unique(tree.ids[level, demand.pinned])
         ok &= np.isin(np.arange(len(ok)), homes) if len(homes) == 1 else False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.actions.allocate import allocate
+from app.core.actions.allocate import Allocation, allocate
 from app.core.model.runtime import declared_runtime, expected_end
 from app.core.model.values import Pod, Resources
 from app.core.state.cache import Snapshot, without
@@ -59,7 +59,7 @@ def reserve_for(
         running.append((expected_end(pod, started, default_runtime), view.index[node], pod))
     running.sort(key=lambda r: r[0])
 
-    def attempt(k: int):  # noqa: ANN202 - local helper
+    def attempt(k: int) -> Allocation:
         gone = without(snapshot, (pod for _, _, pod in running[:k]), view)
         return allocate(gone, members, strategy=strategy, allowed=allowed)
 

@@ -300,7 +300,8 @@ class Planner:
         level = tree.level(ask.level)
         if level is None:
             return everywhere
-        return tree.ids[level] == tree.ids[level, row]
+        same: np.ndarray = tree.ids[level] == tree.ids[level, row]
+        return same
 
     def release(self, gang: str, reason: str) -> None:
         """Drop ``gang``'s plan and its reservations (bind timeout, rollback)."""

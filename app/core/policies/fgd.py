@@ -52,9 +52,10 @@ from app.core.policies.gpushare import DeviceRanking
 
 
 class TaskClass(NamedTuple):
-    """A class of asks in the target workload (``memory`` 0 when the mix ignores memory)."""
+    """A class of asks in the target workload (``memory`` 0 when the mix ignores memory;
+    ``gpus`` 0 for cpu-only work)."""
 
-    count: int
+    gpus: int
     milli: int
     cpu: int
     memory: int = 0
@@ -90,7 +91,7 @@ class WorkloadMix:
         if not memory:
             counts = Counter({c._replace(memory=0): n for c, n in counts.items()})
         if gpu_only:
-            counts = Counter({c: n for c, n in counts.items() if c.count})
+            counts = Counter({c: n for c, n in counts.items() if c.gpus})
         total = sum(counts.values())
         ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][:4]))
         return cls(tuple(c for c, _ in ordered), tuple(n / total for _, n in ordered))
@@ -136,10 +137,10 @@ class RecentMix:
         self._seen.append(task)
         self._pending += 1
         due = min(self._every, len(self._seen) // 2 + 1)
-        new = task not in self._known and (task.count > 0 or not self._gpu_only)
+        new = task not in self._known and (task.gpus > 0 or not self._gpu_only)
         if new or self._pending >= due:
             self._frozen = tuple(self._seen)
-            self._known = frozenset(c for c in self._frozen if c.count > 0 or not self._gpu_only)
+            self._known = frozenset(c for c in self._frozen if c.gpus > 0 or not self._gpu_only)
             self._pending = 0
             self._mix = None
 
@@ -174,17 +175,17 @@ def fragmentation(
     allowed = [
         (c, p)
         for c, p in zip(mix.classes, mix.weights, strict=True)
-        if cpu_free >= c.cpu and memory_free >= c.memory and (not c.count or c.allows(model))
+        if cpu_free >= c.cpu and memory_free >= c.memory and (not c.gpus or c.allows(model))
     ]
     if not sized:
         frag = (sum(mix.weights) - sum(p for _, p in allowed)) * total
         for c, p in allowed:
-            if not fits(free, GpuAsk(c.count, c.milli, c.models)):
+            if not fits(free, GpuAsk(c.gpus, c.milli, c.models)):
                 frag += p * total
-            elif c.count:
+            elif c.gpus:
                 frag += p * sum(f for f in free if f < c.milli)
         return frag
-    one = [(c.milli, p) for c, p in allowed if c.count == 1]
+    one = [(c.milli, p) for c, p in allowed if c.gpus == 1]
     filled: dict[int, float] = {}
 
     def fill(g: int) -> float:
@@ -194,7 +195,7 @@ def fragmentation(
 
     usable = sum(fill(int(f)) for f in free)
     full = sum(1 for f in free if f == MILLI)
-    usable += sum(p * (full // c.count) * c.count * MILLI for c, p in allowed if c.count > 1)
+    usable += sum(p * (full // c.gpus) * c.gpus * MILLI for c, p in allowed if c.gpus > 1)
     return sum(mix.weights) * total - usable
 
 
@@ -259,8 +260,8 @@ class FragTable:
         self.sized = sized
         self.model_names = tuple(model_names)
         classes = mix.classes
-        weighted = [(c, p) for c, p in zip(classes, mix.weights, strict=True) if c.count]
-        gpu = sum(p * c.count * c.milli for c, p in weighted)
+        weighted = [(c, p) for c, p in zip(classes, mix.weights, strict=True) if c.gpus]
+        gpu = sum(p * c.gpus * c.milli for c, p in weighted)
         cpu = sum(p * c.cpu for c, p in weighted)
         memory = sum(p * c.memory for c, p in weighted)
         #: cpu and memory per milli-GPU of the mix's GPU classes (0 when it asks no GPU); pods
@@ -269,7 +270,7 @@ class FragTable:
         self.per_gpu = (cpu / gpu, memory / gpu) if gpu else (0.0, 0.0)
         self.cpu_cuts = np.unique(np.array([c.cpu for c in classes], dtype=np.int64))
         self.mem_cuts = np.unique(np.array([c.memory for c in classes], dtype=np.int64))
-        one = [(c, p) for c, p in zip(classes, mix.weights, strict=True) if c.count == 1]
+        one = [(c, p) for c, p in zip(classes, mix.weights, strict=True) if c.gpus == 1]
         milli = np.unique(np.array([c.milli for c, _ in one], dtype=np.int64))
         if sized:
             self.amounts = reachable(milli.tolist())
@@ -290,20 +291,20 @@ class FragTable:
             # cpu bucket b counts the cuts <= free cpu: the class fits from its own cut + 1 on
             cb = int(np.searchsorted(self.cpu_cuts, c.cpu)) + 1
             mb = int(np.searchsorted(self.mem_cuts, c.memory)) + 1
-            models = [i for i, m in enumerate(model_names) if c.count == 0 or c.allows(m)]
+            models = [i for i, m in enumerate(model_names) if c.gpus == 0 or c.allows(m)]
             region = (models, slice(cb, None), slice(mb, None))
-            if c.count == 0:
+            if c.gpus == 0:
                 cpu_only[region] += 0.0 if sized else p
-            elif c.count == 1 and sized:
+            elif c.gpus == 1 and sized:
                 fit[(*region, position[c])] = True
-            elif c.count == 1:
+            elif c.gpus == 1:
                 shares[(*region, self.share_bucket[c.milli])] += p
-            elif c.count <= max_devices:
+            elif c.gpus <= max_devices:
                 if sized:  # tasks of the class fill floor(free / count) of them, one by one
-                    fill = np.arange(max_devices + 1) // c.count * c.count
+                    fill = np.arange(max_devices + 1) // c.gpus * c.gpus
                     multi[region] += p * fill
                 else:
-                    multi[(*region, slice(c.count, None))] += p
+                    multi[(*region, slice(c.gpus, None))] += p
         if sized:  # one row of values per distinct set of allowed one-device classes
             flat = fit.reshape(int(np.prod(shape)), len(one))
             if one:
@@ -333,28 +334,36 @@ class FragTable:
     def device_values(self, cell: np.ndarray, free: np.ndarray) -> np.ndarray:
         """Expected usable milli of each device (``free``: rows x devices) for the one-device
         classes."""
+        values: np.ndarray
         if self.sized:
-            return self._fill[self._fit_set[cell][:, None], self.share_bucket[free]]
-        return free * self.shares[cell[:, None] * self._share_width + self.share_bucket[free]]
+            values = self._fill[self._fit_set[cell][:, None], self.share_bucket[free]]
+        else:
+            values = free * self.shares[cell[:, None] * self._share_width + self.share_bucket[free]]
+        return values
 
     def whole_value(self, cell: np.ndarray) -> np.ndarray:
         """``device_values`` of one fully free device in each cell."""
+        values: np.ndarray
         if self.sized:
-            return self._fill[self._fit_set[cell], self.share_bucket[MILLI]]
-        return MILLI * self.shares[cell * self._share_width + self.share_bucket[MILLI]]
+            values = self._fill[self._fit_set[cell], self.share_bucket[MILLI]]
+        else:
+            values = MILLI * self.shares[cell * self._share_width + self.share_bucket[MILLI]]
+        return values
 
     def usable(self, table: GpuTable) -> np.ndarray:
         """Expected usable milli-GPU per row of ``table``."""
         cell = self.cell(table.model, table.cpu_free, table.mem_free)
-        return (
+        usable: np.ndarray = (
             self.device_values(cell, table.free).sum(axis=1)
             + self.multi[cell, table.full]
             + table.free_total * self.cpu_only[cell]
         )
+        return usable
 
     def fragmentation(self, table: GpuTable) -> np.ndarray:
         """Expected fragmented milli-GPU per row of ``table`` (see ``fragmentation``)."""
-        return table.free_total * sum(self.mix.weights) - self.usable(table)
+        fragmented: np.ndarray = table.free_total * sum(self.mix.weights) - self.usable(table)
+        return fragmented
 
 
 class Increase(NamedTuple):

@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from app.core.model.values import Pod
+from app.core.model.values import Pod, SelectorTerm, Toleration
 from app.core.policies import binpack, nodeaffinity, nodeunschedulable, spread, taints
 from app.core.policies.interfaces import LabelFilter, NodeFilter, Scorer
 from app.core.state.cache import NodeView
@@ -70,6 +70,18 @@ def eligible(view: NodeView, pod: Pod) -> np.ndarray:
     """
     reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
     return np.ones(len(view.nodes), dtype=bool) if reasons is None else is_none(reasons)
+
+
+#: What decides which nodes a pod may use regardless of usage: its node selector,
+#: tolerations and required affinity.
+Constraint = tuple[
+    tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[SelectorTerm, ...] | None
+]
+
+
+def constraint_of(pod: Pod) -> Constraint:
+    """``pod``'s node constraints as a key: pods with equal keys share one ``eligible`` mask."""
+    return tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_affinity
 
 
 class UnknownStrategy(KeyError, ValueError):

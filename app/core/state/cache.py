@@ -77,7 +77,8 @@ class NodeView:
     @property
     def free(self) -> np.ndarray:
         """``allocatable - used`` per node and resource."""
-        return self.table.allocatable - self.used
+        free: np.ndarray = self.table.allocatable - self.used
+        return free
 
     def node(self, name: str) -> Node | None:
         """The node called ``name``, if known."""

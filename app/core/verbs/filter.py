@@ -23,6 +23,7 @@ from app.core.model.values import Pod
 from app.core.policies import resourcefit
 from app.core.policies.registry import check_reasons
 from app.core.state.cache import NodeView
+from app.core.state.nodetable import is_none
 
 UNKNOWN_NODE = "unknown node"
 
@@ -54,7 +55,8 @@ def _grouped(rows: np.ndarray, format_row: Callable[[np.ndarray], str]) -> list[
     if not (distinct[inverse] == rows).all():
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
     texts = np.array([format_row(row) for row in distinct] + [None], dtype=object)[:-1]
-    return texts[inverse.reshape(-1)].tolist()
+    out: list[str] = texts[inverse.reshape(-1)].tolist()
+    return out
 
 
 def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult:
@@ -86,7 +88,7 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
         free = np.zeros((len(names), 4), dtype=np.int64)
         fits = np.zeros(len(names), dtype=bool)
     checks = check_reasons(view, pod, safe) if len(table.nodes) else None
-    ok = fits if checks is None else fits & np.equal(checks, None)
+    ok = fits if checks is None else fits & is_none(checks)
     if ok.all():
         result.feasible = names
         return result
@@ -96,11 +98,11 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
     if len(unknown):
         unresolvable.update(dict.fromkeys([names[j] for j in unknown.tolist()], UNKNOWN_NODE))
     if checks is not None:
-        bad = np.flatnonzero(known & np.not_equal(checks, None))
+        bad = np.flatnonzero(known & ~is_none(checks))
         unresolvable.update(
             zip([names[j] for j in bad.tolist()], checks[bad].tolist(), strict=True)
         )
-    short = known & ~fits if checks is None else known & ~fits & np.equal(checks, None)
+    short = known & ~fits if checks is None else known & ~fits & is_none(checks)
     if devices_short is not None:
         short &= ~devices_short
     if short.any():
@@ -124,7 +126,7 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
             )
             result.failed = dict(zip([names[k] for k in j.tolist()], texts, strict=True))
     if devices_short is not None and devices_short.any():
-        j = np.flatnonzero(devices_short & (True if checks is None else np.equal(checks, None)))
+        j = np.flatnonzero(devices_short & (True if checks is None else is_none(checks)))
         texts = _grouped(view.gpu_free[safe[j]], lambda row: device_shortfall(ask, row.tolist()))
         result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
     result.unresolvable = unresolvable

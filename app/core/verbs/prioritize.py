@@ -66,4 +66,5 @@ def prioritize(
     view: NodeView, pod: Pod, names: Sequence[str], strategy: str = "binpack"
 ) -> list[int]:
     """Scores for ``names`` in order; unknown nodes score 0."""
-    return rank(view, pod, names, strategy).scores.tolist()
+    scores: list[int] = rank(view, pod, names, strategy).scores.tolist()
+    return scores
