@@ -32,9 +32,9 @@ from app.core.gpu.table import GpuTable
 from app.core.model.values import Pod
 from app.core.policies.fgd import LiveGpuPolicy
 from app.core.policies.gpushare import DeviceRanking
+from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import NodeView
 
-MAX_SCORE = 10
 #: Pods remembered as already observed (a pod is retried many times; count it once).
 _SEEN = 50_000
 
@@ -111,9 +111,11 @@ class GpuPlacement:
         # Costs are milli-GPU lost; differences below one GPU's worth stay within a point or
         # two, so near-ties (float noise included) do not look like a gulf to kube-scheduler.
         spread = max(float(cost[finite].max() - low), float(MILLI))
-        scaled = (MAX_SCORE - 1) - np.floor((MAX_SCORE - 1) * (cost[finite] - low) / spread)
-        out[finite] = np.clip(scaled, 0, MAX_SCORE - 1).astype(np.int64)
-        out[int(np.argmin(np.where(finite, cost, np.inf)))] = MAX_SCORE
+        scaled = (MAX_NODE_SCORE - 1) - np.floor(
+            (MAX_NODE_SCORE - 1) * (cost[finite] - low) / spread
+        )
+        out[finite] = np.clip(scaled, 0, MAX_NODE_SCORE - 1).astype(np.int64)
+        out[int(np.argmin(np.where(finite, cost, np.inf)))] = MAX_NODE_SCORE
         return out
 
     def devices(self, view: NodeView, pod: Pod, node: str) -> tuple[int, ...] | None:

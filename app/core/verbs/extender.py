@@ -23,12 +23,13 @@ from app.core.cycle.planner import Planner
 from app.core.model.gang import gang_spec
 from app.core.model.values import Node, Pod
 from app.core.policies.gpuplacement import GpuPlacement
+from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import ClusterCache
 from app.core.verbs import victimcheck
 from app.core.verbs.bind import BindOutcome
 from app.core.verbs.filter import FilterResult, filter_nodes
 from app.core.verbs.gangbind import GangBinder
-from app.core.verbs.prioritize import MAX_SCORE, STRATEGIES, Ranking, rank
+from app.core.verbs.prioritize import STRATEGIES, Ranking, rank
 
 
 class Extender:
@@ -105,8 +106,8 @@ class Extender:
         planned = plan.node_of(pod.uid) if plan else None
         if planned:
             row = ranking.table.index.get(planned, -2)
-            capped = np.minimum(ranking.scores, MAX_SCORE - 1)
-            scores = np.where(ranking.rows == row, MAX_SCORE, capped)
+            capped = np.minimum(ranking.scores, MAX_NODE_SCORE - 1)
+            scores = np.where(ranking.rows == row, MAX_NODE_SCORE, capped)
             ranking = replace(ranking, scores=scores)
         return ranking
 

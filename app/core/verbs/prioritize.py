@@ -18,10 +18,8 @@ from app.core.policies.registry import STRATEGIES, scorer
 from app.core.state.cache import NodeView
 from app.core.state.nodetable import NodeTable
 
-__all__ = ["MAX_SCORE", "STRATEGIES", "Ranking", "prioritize", "rank"]
-
-#: Re-exported for the verbs' callers: the strategies are defined in the policy registry.
-MAX_SCORE = MAX_NODE_SCORE
+#: ``STRATEGIES`` is re-exported for the verbs' callers; the policy registry defines it.
+__all__ = ["STRATEGIES", "Ranking", "prioritize", "rank"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +56,7 @@ def rank(
     known = rows >= 0
     safe = np.where(known, rows, 0)
     scores = scorer(strategy).score(view, safe, pod.requests) if score is None else score(safe)
-    scores = np.where(known, np.clip(scores, 0, MAX_SCORE), 0)
+    scores = np.where(known, np.clip(scores, 0, MAX_NODE_SCORE), 0)
     return Ranking(names, rows, scores, view.table)
 
 
