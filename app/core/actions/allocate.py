@@ -27,9 +27,11 @@ _LOCALITY = 0.5
 
 @dataclass(slots=True)
 class Allocation:
-    """Where each placed member goes (``uid -> node``) and which members found no room."""
+    """Where each placed member goes (``uid -> node``), the GPU devices chosen for it there
+    (GPU members only), and which members found no room."""
 
     placed: dict[str, str] = field(default_factory=dict)
+    devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
     unplaced: list[Pod] = field(default_factory=list)
 
     @property
@@ -84,6 +86,7 @@ def allocate(
             devices = default_choice(node, free.tolist(), ask)
             assert devices is not None  # fits_mask said so
             take(free, ask, devices)
+            result.devices[pod.uid] = devices
         chosen[row] = True
         result.placed[pod.uid] = view.nodes[row].name
     return result

@@ -119,7 +119,9 @@ def allocate_topology(
                 unplaced=members, reason=_no_room(tree, level, demand, free, len(members))
             )
     placed = allocate(view, members, strategy=strategy)
-    return TopologyAllocation(placed=placed.placed, unplaced=placed.unplaced)
+    return TopologyAllocation(
+        placed=placed.placed, devices=placed.devices, unplaced=placed.unplaced
+    )
 
 
 def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> _Demand:
@@ -189,7 +191,10 @@ def _best(
         actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
         if best is None or actual < best[0]:
             name = f"{tree.names[level]} {domain.label(tree)}"
-            best = actual, TopologyAllocation(placed=placed.placed, domain=name)
+            best = (
+                actual,
+                TopologyAllocation(placed=placed.placed, devices=placed.devices, domain=name),
+            )
     return (best[1] if best else None), free
 
 

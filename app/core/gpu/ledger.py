@@ -24,12 +24,12 @@ by another scheduler): such a device shows less than nothing free and takes no m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, NO_GPU, GpuAsk, give, take, usable
+from app.core.gpu.ask import MILLI, NO_GPU, GpuAsk, give, refusal, take, usable
 from app.core.gpu.links import choose, topology_of
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Node, Pod
@@ -171,11 +171,22 @@ class DeviceLedger:
             return None
         return default_choice(self._nodes[i], self._row(i).tolist(), GpuAsk.of(pod))
 
-    def check_all(self, node: str, pods: Sequence[Pod]) -> Status:
-        """Whether ``pods`` would all get devices on ``node`` now (``UNSCHEDULABLE``: why not)."""
+    def check_all(
+        self, node: str, pods: Sequence[Pod], planned: Mapping[str, Sequence[int]] | None = None
+    ) -> Status:
+        """Whether ``pods`` would all get devices on ``node`` now (``UNSCHEDULABLE``: why not):
+        the ``planned`` devices of the pods that have some, the default choice for the rest."""
         i = self._index[node]
         free = self._row(i).copy()
-        asks = [GpuAsk.of(p) for p in pods]
+        planned = planned or {}
+        for pod in pods:
+            devices = planned.get(pod.uid)
+            if devices is not None:
+                why = refusal(free, GpuAsk.of(pod), devices)
+                if why is not None:
+                    return Status.unschedulable(f"{pod.key}: {why}")
+                take(free, GpuAsk.of(pod), devices)
+        asks = [GpuAsk.of(p) for p in pods if p.uid not in planned]
         for ask in sorted(asks, key=lambda a: (-a.milli, -a.count)):
             if not ask.count:
                 continue

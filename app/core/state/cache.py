@@ -29,6 +29,7 @@ from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
 from app.core.state.nodetable import NodeTable
+from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 _R = len(RESOURCE_NAMES)
 
@@ -110,6 +111,8 @@ class Snapshot:
     gang_members: Mapping[str, str] = field(default_factory=dict)
     #: uid -> the GPU devices the pod holds (pods placed with GPUs only).
     devices: Mapping[str, Held] = field(default_factory=dict)
+    #: The cache generation this snapshot shows.
+    generation: int = 0
 
     def holds_node(self, pod: Pod) -> bool:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
@@ -477,41 +480,71 @@ class ClusterCache:
         is gone, ``UNSCHEDULABLE`` when a node no longer has room. Pods already holding their
         node are left as they are. ``force`` reserves even where room is still taken (by
         victims being evicted for this very plan), so nothing else can take the room they free.
+        GPU pods get the default devices; a planning session names them (see ``apply``).
         """
         with self._lock:
-            needed: dict[int, np.ndarray] = {}
-            todo: list[tuple[str, str, int]] = []
-            for uid, node in placements.items():
-                pod = self._pods.get(uid)
-                if pod is None:
-                    return Status.unresolvable(f"pod {uid} is gone")
-                if pod.node_name or uid in self._assumed or self._placement.get(uid) == node:
-                    continue
-                i = self._index.get(node)
-                if i is None:
-                    return Status.unresolvable(f"node {node} is gone")
-                needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
-                todo.append((uid, node, i))
-            for i, need in needed.items():
-                if force:
-                    break
-                free = self._alloc[i] - self._used[i]
-                node = self._nodes[i].name
-                if (need > free).any():
-                    why = shortfall(Resources(*need), free)
-                    return Status.unschedulable(f"node {node} no longer has room: {why}")
-                fit = self._devices.check_all(node, [self._pods[u] for u, _, j in todo if j == i])
-                if not fit.ok:
-                    return fit.prefixed(f"node {node} no longer has room: ")
-            for uid, node, _ in todo:
-                if uid in self._reserved:
-                    self._unreserve(uid)
-                pod = self._pods[uid]
-                self._reserved[uid] = node
-                self._move(uid, pod.requests, pod.requests, node)
-            if todo:
-                self._bump()
-            return SUCCESS
+            return self._reserve(Reserve("", placements, force=force))
+
+    def apply(self, statement: Statement) -> Applied:
+        """Carry out a planning session's statement in one step under the lock: releases and
+        holds as recorded, each ``Reserve`` all or none with its planned devices, re-checked
+        against whatever changed since the session's snapshot."""
+        with self._lock:
+            clean = self._generation == statement.base
+            refused: dict[int, Status] = {}
+            devices: dict[str, tuple[int, ...]] = {}
+            for i, op in enumerate(statement.ops):
+                if isinstance(op, Release):
+                    self.unreserve(op.uids)
+                elif isinstance(op, Hold):
+                    self.set_holds(op.owner, op.holds, op.until)
+                else:
+                    status = self._reserve(op)
+                    if not status.ok:
+                        refused[i] = status
+                        continue
+                    for uid in op.placements:
+                        held = self._devices.held(uid)
+                        if held is not None:
+                            devices[uid] = held.devices
+            return Applied(refused, devices, clean)
+
+    def _reserve(self, op: Reserve) -> Status:
+        placements, force = op.placements, op.force
+        needed: dict[int, np.ndarray] = {}
+        todo: list[tuple[str, str, int]] = []
+        for uid, node in placements.items():
+            pod = self._pods.get(uid)
+            if pod is None:
+                return Status.unresolvable(f"pod {uid} is gone")
+            if pod.node_name or uid in self._assumed or self._placement.get(uid) == node:
+                continue
+            i = self._index.get(node)
+            if i is None:
+                return Status.unresolvable(f"node {node} is gone")
+            needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
+            todo.append((uid, node, i))
+        for i, need in needed.items():
+            if force:
+                break
+            free = self._alloc[i] - self._used[i]
+            node = self._nodes[i].name
+            if (need > free).any():
+                why = shortfall(Resources(*need), free)
+                return Status.unschedulable(f"node {node} no longer has room: {why}")
+            pods = [self._pods[u] for u, _, j in todo if j == i]
+            fit = self._devices.check_all(node, pods, op.devices)
+            if not fit.ok:
+                return fit.prefixed(f"node {node} no longer has room: ")
+        for uid, node, _ in todo:
+            if uid in self._reserved:
+                self._unreserve(uid)
+            pod = self._pods[uid]
+            self._reserved[uid] = node
+            self._move(uid, pod.requests, pod.requests, node, op.devices.get(uid))
+        if todo:
+            self._bump()
+        return SUCCESS
 
     def unreserve(self, uids: Iterable[str]) -> None:
         """Release plan reservations (pods already bound or binding keep their node)."""
@@ -626,8 +659,16 @@ class ClusterCache:
                     gang_members=MappingProxyType(dict(self._gang_of)),
                     bound_at=MappingProxyType(dict(self._bound_at)),
                     devices=MappingProxyType(self._devices.holders()),
+                    generation=self._generation,
                 )
             return self._snapshot
+
+    def base(self) -> Base:
+        """The snapshot, the view without holds and the holds, taken together (a planning
+        session starts from them)."""
+        with self._lock:
+            snapshot = self.snapshot()
+            return Base(snapshot, self.backfill_view(), self.holds)
 
     def devices_of(self, uid: str) -> tuple[int, ...]:
         """The GPU devices pod ``uid`` holds (empty if none)."""
@@ -635,10 +676,19 @@ class ClusterCache:
             held = self._devices.held(uid)
             return held.devices if held is not None else ()
 
-    def queue_usage(self) -> dict[QueueKey, np.ndarray]:
-        """Resources held (bound, binding or reserved) per queue key."""
+    def queue_usage(self, released: Iterable[str] = ()) -> dict[QueueKey, np.ndarray]:
+        """Resources held (bound, binding or reserved) per queue key; as if the plan
+        reservations of ``released`` uids were dropped (a session's pending releases)."""
         with self._lock:
-            return {k: v.copy() for k, v in self._queue_used.items() if v.any()}
+            used = {k: v.copy() for k, v in self._queue_used.items()}
+            for uid in released:
+                key = self._queue_applied.get(uid)
+                pod = self._pods.get(uid)
+                if key is None or pod is None or uid not in self._reserved:
+                    continue
+                if not pod.node_name and uid not in self._assumed:
+                    used[key] -= np.asarray(pod.requests, np.int64)
+            return {k: v for k, v in used.items() if v.any()}
 
     @property
     def gang_member_count(self) -> int:
@@ -665,6 +715,14 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+class Base(NamedTuple):
+    """See ``ClusterCache.base``."""
+
+    snapshot: Snapshot
+    backfill: NodeView
+    holds: tuple[str, dict[str, Resources], float]
 
 
 class QueueKey(NamedTuple):

@@ -42,14 +42,25 @@ class Binder:
         pod = self._cache.pod(uid)
         return None if pod is None or not GpuAsk.of(pod).count else self._devices(pod, node)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
-        """Assume the pod on ``node``, then create its Binding; any failure is an error text."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        devices: tuple[int, ...] | None = None,
+    ) -> BindOutcome:
+        """Assume the pod on ``node``, then create its Binding; any failure is an error text.
+
+        ``devices``: the GPU devices its plan chose (kept); otherwise the placement policy's.
+        """
         try:
-            pod = self._cache.assume(uid, node, self._choose(uid, node))
+            chosen = devices if devices is not None else self._choose(uid, node)
+            pod = self._cache.assume(uid, node, chosen)
         except BindRejected as exc:
             return BindOutcome(error=str(exc), reason="Rejected")
-        devices = self._cache.devices_of(uid)
-        extra = {GPU_IDS: ",".join(map(str, devices))} if devices else None
+        held = self._cache.devices_of(uid)
+        extra = {GPU_IDS: ",".join(map(str, held))} if held else None
         if extra and pod.annotations.get(GPU_IDS) == extra[GPU_IDS]:
             extra = None
         try:

@@ -1,0 +1,50 @@
+"""The planner's debug description: every gang with its state, plan and current reason."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.core.cycle.plans import Plan
+from app.core.model.gang import Gang
+
+
+def gang_state(gang: Gang, plan: Plan | None) -> str:
+    """``running``, ``binding``, ``planned`` or ``waiting``."""
+    if gang.running and not gang.pending:
+        return "running"
+    if plan is not None and plan.released:
+        return "binding" if not gang.running else "running"
+    if plan is not None:
+        return "planned"
+    return "running" if gang.running else "waiting"
+
+
+def describe(
+    gangs: Mapping[str, Gang], plans: Mapping[str, Plan], reasons: Mapping[str, str], now: float
+) -> list[dict[str, Any]]:
+    """One row per gang, by key: state, members seen/bound, plan, age (against wall-clock
+    ``now``) and reason."""
+    rows = []
+    for key in sorted(gangs):
+        gang = gangs[key]
+        plan = plans.get(key)
+        names = {p.uid: p.name for p in gang.members}
+        rows.append(
+            {
+                "gang": key,
+                "state": gang_state(gang, plan),
+                "minMember": gang.min_member,
+                "maxMember": gang.max_member,
+                "members": len(gang.members),
+                "bound": len(gang.bound),
+                "priority": gang.priority,
+                "ageSeconds": round(max(now - gang.created, 0.0), 1) if gang.created else None,
+                "plan": {names.get(u, u): n for u, n in plan.members.items()} if plan else {},
+                "elastic": sorted(names.get(u, u) for u in plan.members if u not in plan.core)
+                if plan
+                else [],
+                "reason": reasons.get(key, ""),
+            }
+        )
+    return rows

@@ -1,0 +1,128 @@
+"""What keeps a cycle's cost proportional to what changed: gangs rebuilt only when their
+members change, queue names read once per pod, a failed placement remembered per view."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from app.core.actions.allocate_in_domain import TopologyAllocation
+from app.core.model.gang import Gang, collect_gangs
+from app.core.model.queues import QueueConfig
+from app.core.model.values import Pod
+from app.core.state.cache import NodeView, Snapshot
+from app.core.state.domains import Ask
+from app.core.state.queueusage import queue_name
+
+#: Per gang key: its member pods and their bound state when the gang was built, and the gang.
+GangMemo = dict[str, tuple[list[Pod], tuple[bool, ...], "Gang | None"]]
+
+
+def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang]:
+    """Every gang in the snapshot (only gang members are looked at).
+
+    With ``memo`` (kept by the caller from one call to the next), a gang whose members are the
+    very same pod objects, bound or not as before, is copied from the last call instead of
+    rebuilt: pods are immutable, so it would come out the same. A cycle then costs one pass
+    over member uids rather than re-reading every member's labels.
+    """
+    pods = snapshot.pods
+    if memo is None:
+        return collect_gangs((pods[uid] for uid in snapshot.gang_members), snapshot.holds_node)
+    groups: dict[str, list[Pod]] = {}
+    for uid, key in snapshot.gang_members.items():
+        groups.setdefault(key, []).append(pods[uid])
+    holds = snapshot.holds_node
+    fresh: GangMemo = {}
+    gangs: dict[str, Gang] = {}
+    for key, members in groups.items():
+        state = tuple(map(holds, members))
+        old = memo.get(key)
+        if (
+            old is not None
+            and old[1] == state
+            and len(old[0]) == len(members)
+            and all(map(operator.is_, old[0], members))
+        ):
+            gang = old[2]
+        else:
+            gang = collect_gangs(members, holds).get(key)
+        fresh[key] = (members, state, gang)
+        if gang is not None:
+            gangs[key] = replace(gang)  # a copy: the cycle may set ``problem``
+    memo.clear()
+    memo.update(fresh)
+    return gangs
+
+
+class QueueNames:
+    """``queue_name`` of each pod (``""`` for none), remembered per pod object and config."""
+
+    def __init__(self, scheduler_name: str) -> None:
+        self._scheduler_name = scheduler_name
+        self._memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
+
+    def of(self, pod: Pod, config: QueueConfig) -> str:
+        """The queue ``pod`` names under ``config``."""
+        hit = self._memo.get(pod.uid)
+        if hit is None or hit[0] is not pod or hit[1] is not config:
+            name = queue_name(pod, config, self._scheduler_name) or ""
+            hit = self._memo[pod.uid] = (pod, config, name)
+        return hit[2]
+
+    def prune(self, members: Snapshot) -> None:
+        """Forget pods that are gone once the memo grows well past the gang members."""
+        live = members.gang_members
+        if len(self._memo) > 2 * len(live) + 1024:
+            self._memo = {u: m for u, m in self._memo.items() if u in live}
+
+
+def signature(pod: Pod) -> tuple[object, ...]:
+    """What ``allocate`` looks at in a member: requests and node constraints."""
+    return (pod.requests, tuple(sorted(pod.node_selector.items())), pod.tolerations,
+            pod.required_affinity)  # fmt: skip
+
+
+#: What a gang's core placement depends on besides the view.
+PlacementKey = tuple[object, ...]
+
+
+class FailedPlacements:
+    """Placements that failed on one view, by the shape of what was asked.
+
+    Placement depends only on the view, the members' signatures, the gang's topology ask and
+    where its running members are, so a gang shaped like one that just failed on the same
+    view fails the same way (the usual queue of identical jobs behind a full cluster).
+    """
+
+    def __init__(self) -> None:
+        self._view: NodeView | None = None
+        self._failed: dict[PlacementKey, tuple[list[tuple[object, ...]], str]] = {}
+
+    def place(
+        self,
+        view: NodeView,
+        members: Sequence[Pod],
+        ask: tuple[Ask | None, str],
+        pinned: Sequence[str],
+        compute: Callable[[], TopologyAllocation],
+    ) -> TopologyAllocation:
+        """``compute()``'s answer, or a failure rebuilt from an equal one on ``view``."""
+        if view is not self._view:
+            self._view, self._failed = view, {}
+        signatures = [signature(p) for p in members]
+        key = (frozenset(Counter(signatures).items()), *ask, tuple(pinned))
+        failed = self._failed.get(key)
+        if failed is not None:
+            pool = list(zip(signatures, members, strict=True))
+            out = []
+            for wanted in failed[0]:
+                i = next(i for i, (sig, _) in enumerate(pool) if sig == wanted)
+                out.append(pool.pop(i)[1])
+            return TopologyAllocation(unplaced=out, reason=failed[1])
+        allocation = compute()
+        if not allocation.complete:
+            self._failed[key] = ([signature(p) for p in allocation.unplaced], allocation.reason)
+        return allocation

@@ -1,0 +1,95 @@
+"""The planner's records: a gang's plan, the answer given to filter, and evictions to carry out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.core.actions.victims import Unit
+from app.core.model.gang import Gang
+
+
+@dataclass(slots=True)
+class Plan:
+    """Where a gang's members go, and their GPU devices there (chosen once, when planned;
+    bind uses them). ``core`` members count towards min-member."""
+
+    gang: str
+    members: dict[str, str]
+    core: frozenset[str]
+    min_member: int
+    created: float
+    expires: float
+    released: bool = False  # the barrier let the core bind; later members bind at once
+    nudged: set[str] = field(default_factory=set)
+    #: pods being evicted to make room for this plan; members wait until they are gone
+    victims: frozenset[str] = frozenset()
+    #: uid -> the GPU devices reserved for the member on its planned node (GPU members only)
+    devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def node_of(self, uid: str) -> str | None:
+        """The planned node of member ``uid``."""
+        return self.members.get(uid)
+
+    def copy(self) -> Plan:
+        """A copy a planning session may change without touching this one."""
+        return Plan(
+            gang=self.gang,
+            members=dict(self.members),
+            core=self.core,
+            min_member=self.min_member,
+            created=self.created,
+            expires=self.expires,
+            released=self.released,
+            nudged=set(self.nudged),
+            victims=self.victims,
+            devices=dict(self.devices),
+        )
+
+    def drop(self, uids: frozenset[str] | set[str]) -> None:
+        """Forget members ``uids`` (an elastic reservation that did not hold)."""
+        for uid in uids:
+            self.members.pop(uid, None)
+            self.devices.pop(uid, None)
+
+    @classmethod
+    def of(
+        cls,
+        gang: Gang,
+        placed: dict[str, str],
+        now: float,
+        expires: float,
+        victims: frozenset[str] = frozenset(),
+    ) -> Plan:
+        """A new plan for ``gang``'s core placed as ``placed``."""
+        return cls(
+            gang=gang.key,
+            members=dict(placed),
+            core=frozenset(placed),
+            min_member=gang.min_member,
+            created=now,
+            expires=expires,
+            victims=victims,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the planner says about one pod in filter.
+
+    ``gang`` is empty for a pod that is not in a gang (schedule it on its own); otherwise
+    ``node`` is its planned node, or empty with ``reason`` saying why it must wait.
+    """
+
+    gang: str = ""
+    node: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Whole units of work to evict so that gang ``preemptor`` can start; ``why`` is told to
+    the victims in an Event."""
+
+    preemptor: str
+    units: tuple[Unit, ...]
+    why: str

@@ -1,0 +1,219 @@
+"""A planning session: one cycle's working copy of the cache, committed or discarded whole.
+
+A cycle never writes the live cache while it runs. It reads a snapshot, and every decision it
+takes (reserve room for a plan, release a plan's room, hold room for the head of the line,
+evict whole gangs) changes only the session: its node views show the decisions taken so far,
+so later gangs in the same cycle see the room earlier ones took, and its ``Statement`` records
+them. ``commit`` hands the statement to ``ClusterCache.apply``, one step under the cache lock
+that re-checks every reservation against whatever changed meanwhile; ``discard`` drops it all.
+What-if questions run the same way and are always discarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from app.core.cycle.plans import Eviction, Plan
+from app.core.gpu.ask import GpuAsk, give, take
+from app.core.gpu.ledger import device_count
+from app.core.model.values import Resources
+from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot
+from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
+
+
+class SessionClosed(RuntimeError):
+    """A session was used after ``commit`` or ``discard``."""
+
+
+class Session:
+    """One cycle's view of the cluster and plans, with its decisions applied (see module).
+
+    ``plans`` is the session's copy of the plan store; the planner adopts it on commit.
+    """
+
+    def __init__(self, cache: ClusterCache, plans: Mapping[str, Plan]) -> None:
+        self._cache = cache
+        base = cache.base()
+        #: The cache as the session found it (pods, placements, devices, holds in force).
+        self.snapshot: Snapshot = base.snapshot
+        self._base_free = base.backfill
+        self._used: np.ndarray | None = None
+        self._gpu_free: np.ndarray | None = None
+        self._holds = base.holds
+        self._view: NodeView | None = None
+        self._backfill: NodeView | None = base.backfill
+        #: uid -> (node, devices) of the reservations this session made.
+        self._reserved: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self._released: set[str] = set()
+        self.plans: dict[str, Plan] = {k: p.copy() for k, p in plans.items()}
+        self.evictions: list[Eviction] = []
+        self.statement = Statement(base=self.snapshot.generation)
+        #: Increases with every decision (keys memos that depend on the session's views).
+        self.version = 0
+        self._open = True
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def view(self) -> NodeView:
+        """Nodes as the session sees them: its reservations taken, held room counted as used."""
+        if self._view is None:
+            backfill = self.backfill_view()
+            owner, holds, _ = self._holds
+            if not holds:
+                self._view = backfill
+            else:
+                used = backfill.used.copy()
+                for node, amount in holds.items():
+                    row = backfill.index.get(node)
+                    if row is not None:
+                        used[row] += np.asarray(amount, np.int64)
+                self._view = replace(backfill, used=used)
+        return self._view
+
+    def backfill_view(self) -> NodeView:
+        """``view`` without the head-of-line holds (for work that ends before they start)."""
+        if self._backfill is None:
+            if self._used is None or self._gpu_free is None:
+                self._backfill = self._base_free
+            else:
+                self._backfill = replace(self._base_free, used=self._used, gpu_free=self._gpu_free)
+        return self._backfill
+
+    @property
+    def holds(self) -> tuple[str, dict[str, Resources], float]:
+        """``(owner, node -> held amount, until)`` of the holds in force in this session."""
+        return self._holds
+
+    def queue_usage(self) -> dict[QueueKey, np.ndarray]:
+        """Resources held per queue key, without the reservations this session released
+        (its own reservations are counted by the caller as it makes them)."""
+        return self._cache.queue_usage(self._released)
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def reserve(
+        self,
+        gang: str,
+        placements: Mapping[str, str],
+        devices: Mapping[str, tuple[int, ...]],
+        *,
+        force: bool = False,
+    ) -> None:
+        """Take room for ``gang``'s pods (uid -> node, with their planned GPU devices).
+
+        The caller placed them on this session's view, so they fit unless ``force`` (room
+        still held by victims being evicted for this gang).
+        """
+        self._check_open()
+        pods, placement = self.snapshot.pods, self.snapshot.placement
+        for uid, node in placements.items():
+            pod = pods[uid]
+            if self.snapshot.holds_node(pod):
+                continue
+            if uid in self._reserved or (uid in placement and uid not in self._released):
+                if self._node_of(uid) == node:
+                    continue
+                self._take_back(uid)
+            used, gpu_free = self._writable()
+            row = self._base_free.index[node]
+            used[row] += np.asarray(pod.requests, np.int64)
+            chosen = devices.get(uid, ())
+            if chosen:
+                count = device_count(self._base_free.nodes[row])
+                take(gpu_free[row, :count], GpuAsk.of(pod), chosen, reported=force)
+            self._reserved[uid] = (node, tuple(chosen))
+            self._released.discard(uid)
+        self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
+        self._changed()
+
+    def release(self, uids: Iterable[str]) -> None:
+        """Give back the room reserved for ``uids`` (pods bound or binding keep their node)."""
+        self._check_open()
+        uids = tuple(uids)
+        for uid in uids:
+            self._take_back(uid)
+        self.statement.ops.append(Release(uids))
+        self._changed()
+
+    def hold(self, owner: str, holds: Mapping[str, Resources], until: float) -> None:
+        """Promise room to head-of-line gang ``owner`` from ``until`` on (empty: lift)."""
+        self._check_open()
+        new = (owner, dict(holds), until)
+        if new == self._holds:
+            return
+        self._holds = new
+        self.statement.ops.append(Hold(owner, dict(holds), until))
+        self._view = None
+        self.version += 1
+
+    def evict(self, eviction: Eviction) -> None:
+        """Queue ``eviction``; it is carried out only if the preemptor's room is committed."""
+        self._check_open()
+        self.evictions.append(eviction)
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def commit(self) -> Applied:
+        """Apply the statement to the cache in one step (see ``ClusterCache.apply``)."""
+        self._check_open()
+        self._open = False
+        return self._cache.apply(self.statement)
+
+    def discard(self) -> None:
+        """Drop every decision: the cache and the planner's plans stay as they were."""
+        self._open = False
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise SessionClosed("the planning session was already committed or discarded")
+
+    def _node_of(self, uid: str) -> str | None:
+        if uid in self._reserved:
+            return self._reserved[uid][0]
+        if uid in self._released:
+            return None
+        return self.snapshot.placement.get(uid)
+
+    def _take_back(self, uid: str) -> None:
+        """Undo the plan reservation of ``uid`` in the session's views, if it has one."""
+        pod = self.snapshot.pods.get(uid)
+        if pod is None or self.snapshot.holds_node(pod):
+            return
+        mine = self._reserved.pop(uid, None)
+        if mine is not None:
+            node, devices = mine
+        elif uid in self.snapshot.reserved and uid not in self._released:
+            node = self.snapshot.placement.get(uid, "")
+            held = self.snapshot.devices.get(uid)
+            devices = held.devices if held is not None and held.node == node else ()
+        else:
+            return
+        self._released.add(uid)
+        row = self._base_free.index.get(node)
+        if row is None:
+            return
+        used, gpu_free = self._writable()
+        used[row] -= np.asarray(pod.requests, np.int64)
+        if devices:
+            count = device_count(self._base_free.nodes[row])
+            ask = GpuAsk.of(pod)
+            held = self.snapshot.devices.get(uid)
+            if mine is None and held is not None:
+                ask = held.ask
+            give(gpu_free[row, :count], ask, devices)
+
+    def _writable(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._used is None or self._gpu_free is None:
+            self._used = self._base_free.used.copy()
+            self._gpu_free = self._base_free.gpu_free.copy()
+        return self._used, self._gpu_free
+
+    def _changed(self) -> None:
+        self._view = None
+        self._backfill = None
+        self.version += 1

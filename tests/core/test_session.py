@@ -1,0 +1,210 @@
+"""Planning sessions: a cycle decides on a working copy and commits it in one step, or
+discards it; plans record GPU devices, and bind uses them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.core.cycle import planner as planner_module
+from app.core.cycle.planner import Planner
+from app.core.cycle.plans import Plan
+from app.core.cycle.session import Session, SessionClosed
+from app.core.model.labels import GPU_IDS
+from app.core.model.status import Code
+from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
+from app.core.state.statement import Applied, Statement
+from tests.core.gangsim import Cluster
+from tests.factories import node, pod
+
+
+def member(gang: str, i: int, gpu: int = 1, minimum: int = 2, **kw: object) -> Pod:
+    labels = {"muster.io/pod-group": gang, "muster.io/min-member": str(minimum)}
+    return pod(f"{gang}-{i}", gpu=gpu, labels=labels, **kw)  # type: ignore[arg-type]
+
+
+def cache_with(*pods: Pod, gpus: int = 8, nodes: int = 1) -> ClusterCache:
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=gpus) for i in range(nodes)])
+    cache.upsert_pods(pods)
+    return cache
+
+
+def gpu_used(cache: ClusterCache, name: str = "n0") -> int:
+    return cache.view().used_of(name).gpu // 1000
+
+
+# -- the session on its own ----------------------------------------------------------------
+
+
+def test_reservations_show_in_the_session_and_reach_the_cache_only_on_commit() -> None:
+    a, b = member("g", 0, gpu=3), member("g", 1, gpu=3)
+    cache = cache_with(a, b)
+    session = Session(cache, {})
+    session.reserve("default/g", {a.uid: "n0", b.uid: "n0"}, {a.uid: (0, 1, 2), b.uid: (3, 4, 5)})
+    assert session.view().used_of("n0").gpu == 6000
+    assert session.view().gpu_free[0, :8].tolist() == [0] * 6 + [1000] * 2
+    assert gpu_used(cache) == 0 and cache.snapshot().reserved == {}
+    applied = session.commit()
+    assert applied.refused == {} and applied.clean
+    assert gpu_used(cache) == 6
+    assert cache.devices_of(a.uid) == (0, 1, 2) and cache.devices_of(b.uid) == (3, 4, 5)
+
+
+def test_discard_leaves_the_cache_as_it_was_and_the_session_cannot_be_used_after() -> None:
+    a = member("g", 0, gpu=2)
+    cache = cache_with(a)
+    generation = cache.generation
+    session = Session(cache, {})
+    session.reserve("default/g", {a.uid: "n0"}, {a.uid: (0, 1)})
+    session.hold("default/x", {"n0": a.requests}, 10.0)
+    session.discard()
+    assert cache.generation == generation and gpu_used(cache) == 0 and cache.holds[0] == ""
+    with pytest.raises(SessionClosed):
+        session.release([a.uid])
+    with pytest.raises(SessionClosed):
+        session.commit()
+
+
+def test_commit_rechecks_what_changed_meanwhile_and_refuses_all_of_a_gang() -> None:
+    a, b, intruder = member("g", 0, gpu=4), member("g", 1, gpu=4), pod("single", gpu=2)
+    cache = cache_with(a, b, intruder)
+    session = Session(cache, {})
+    session.reserve(
+        "default/g", {a.uid: "n0", b.uid: "n0"}, {a.uid: (0, 1, 2, 3), b.uid: (4, 5, 6, 7)}
+    )
+    cache.assume(intruder.uid, "n0")  # a bind kube-scheduler made while the cycle ran
+    applied = session.commit()
+    assert not applied.clean
+    assert list(applied.refused) == [0] and applied.refused[0].code is Code.UNSCHEDULABLE
+    assert "node n0 no longer has room" in applied.refused[0].reason
+    assert gpu_used(cache) == 2  # nothing of the gang was reserved
+    assert cache.snapshot().reserved == {}
+
+
+def test_planned_devices_taken_meanwhile_refuse_the_reservation() -> None:
+    a, other = member("g", 0, gpu=1, minimum=1), pod("single", gpu=1)
+    cache = cache_with(a, other, gpus=2)
+    session = Session(cache, {})
+    session.reserve("default/g", {a.uid: "n0"}, {a.uid: (0,)})
+    cache.assume(other.uid, "n0", (0,))
+    applied = session.commit()
+    assert "device 0 is partly used" in applied.refused[0].reason
+
+
+def test_release_then_reserve_elsewhere_in_one_session() -> None:
+    a = member("g", 0, gpu=2, minimum=1)
+    cache = cache_with(a, nodes=2)
+    assert cache.reserve({a.uid: "n0"}).ok
+    session = Session(cache, {})
+    session.release([a.uid])
+    assert session.view().used_of("n0").gpu == 0
+    assert session.queue_usage() == {}  # the released reservation no longer counts
+    session.reserve("default/g", {a.uid: "n1"}, {a.uid: (6, 7)})
+    assert session.view().used_of("n1").gpu == 2000
+    assert [u[0] for u in session.queue_usage().values()] == [2000]
+    session.commit()
+    assert cache.snapshot().reserved == {a.uid: "n1"} and cache.devices_of(a.uid) == (6, 7)
+    assert gpu_used(cache, "n0") == 0
+
+
+def test_session_plans_are_copies() -> None:
+    plan = Plan("default/g", {"u": "n0"}, frozenset({"u"}), 1, 0.0, 60.0)
+    session = Session(cache_with(), {"default/g": plan})
+    session.plans["default/g"].members["v"] = "n0"
+    assert plan.members == {"u": "n0"}
+
+
+# -- the planner through sessions ---------------------------------------------------------
+
+
+def test_a_plan_records_the_devices_the_cache_holds_for_its_members() -> None:
+    members = [member("g", i, gpu=2, minimum=3) for i in range(3)]
+    cache = cache_with(*members)
+    planner = Planner(cache)
+    assert planner.cycle() == ["default/g"]
+    plan = planner.plan("default/g")
+    assert plan is not None
+    assert set(plan.devices) == {p.uid for p in members}
+    for p in members:
+        assert plan.devices[p.uid] == cache.devices_of(p.uid)
+    chosen = sorted(d for p in members for d in plan.devices[p.uid])
+    assert chosen == sorted(set(chosen)) and len(chosen) == 6
+
+
+def test_bind_uses_the_planned_devices() -> None:
+    async def scenario() -> None:
+        cluster = Cluster([node("n", gpus=8)])
+        gang = [member("g", i, gpu=2, minimum=2) for i in range(2)]
+        cluster.cache.upsert_pods(gang)
+        attempts = [cluster.attempt(p) for p in gang]
+        plan = cluster.extender.planner.plan("default/g")
+        assert plan is not None
+        planned = dict(plan.devices)
+        outcomes = await asyncio.gather(*(t.bind for t in attempts if t.bind))
+        assert [o.error for o in outcomes] == ["", ""]
+        for p in gang:
+            bound = cluster.cache.pod(p.uid)
+            assert bound is not None
+            assert bound.annotations[GPU_IDS] == ",".join(map(str, planned[p.uid]))
+
+    asyncio.run(scenario())
+
+
+class RacingCache(ClusterCache):
+    """A cache where something binds a pod just before each commit lands."""
+
+    def __init__(self, intruders: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.intruders = intruders
+
+    def apply(self, statement: Statement) -> Applied:
+        while self.intruders:
+            uid, name = self.intruders.pop()
+            self.assume(uid, name)
+        return super().apply(statement)
+
+
+def test_a_plan_overtaken_before_commit_is_dropped_and_planned_again() -> None:
+    gang = [member("g", i, gpu=4, minimum=2) for i in range(2)]
+    intruder = pod("single", gpu=4)
+    cache = RacingCache([(intruder.uid, "n0")])
+    cache.upsert_nodes([node("n0", gpus=8), node("n1", gpus=8)])
+    cache.upsert_pods([*gang, intruder])
+    planner = Planner(cache)
+    assert planner.cycle() == []
+    assert planner.plan("default/g") is None
+    assert (
+        "plan could not be reserved (node n0 no longer has room" in planner.describe()[0]["reason"]
+    )
+    assert cache.snapshot().reserved == {}
+    # The next cycle sees the intruder and plans around it.
+    assert planner.cycle() == ["default/g"]
+    plan = planner.plan("default/g")
+    assert plan is not None and set(plan.members.values()) == {"n1"}
+
+
+def test_a_failing_cycle_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = [member("a", i, gpu=1) for i in range(2)]
+    second = [member("b", i, gpu=1, created=10) for i in range(2)]
+    cache = cache_with(*first, *second)
+    planner = Planner(cache)
+    real = planner_module.allocate_topology
+    calls = []
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_module, "allocate_topology", flaky)
+    generation = cache.generation
+    with pytest.raises(RuntimeError):
+        planner.cycle()
+    assert planner.plan("default/a") is None
+    assert cache.generation == generation and cache.snapshot().reserved == {}
+    monkeypatch.setattr(planner_module, "allocate_topology", real)
+    assert sorted(planner.cycle()) == ["default/a", "default/b"]
