@@ -33,7 +33,7 @@ from app.core.cycle.elastic import plan_extras
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, gangs_of
-from app.core.cycle.plans import Eviction, Plan, Verdict
+from app.core.cycle.plans import Eviction, Plan, Verdict, lapsed
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.queues import QueueConfig
@@ -388,23 +388,11 @@ class Planner:
 
     def _tidy(self, session: Session, gangs: dict[str, Gang], now: float) -> None:
         """Drop plans whose gang is gone, done, or late; forget stale reasons."""
-        plans = session.plans
-        for key in list(plans):
-            plan = plans[key]
-            gang = gangs.get(key)
-            if gang is None:
-                self._release(key, "gang is gone", session)
-                continue
-            live = {p.uid for p in gang.members}
-            bound = {p.uid for p in gang.bound}
-            unbound = [u for u in plan.members if u in live and u not in bound]
-            if not unbound:
-                del plans[key]  # every planned member holds its node: plan fulfilled
-            elif any(u not in live for u in plan.members if u in plan.core) and not gang.running:
-                self._release(key, "a planned member was deleted", session)
-            elif plan.expires <= now and not gang.running:
-                why = f"plan expired: the gang did not start within {self._plan_ttl:g}s"
-                self._release(key, why, session)
+        fulfilled, dropped = lapsed(session.plans, gangs, now, self._plan_ttl)
+        for key in fulfilled:
+            del session.plans[key]
+        for key, why in dropped:
+            self._release(key, why, session)
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]

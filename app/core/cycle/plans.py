@@ -1,7 +1,9 @@
-"""The planner's records: a gang's plan, the answer given to filter, and evictions to carry out."""
+"""The planner's records: a gang's plan and when it is over, the answer given to filter, and
+evictions to carry out."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from app.core.actions.victims import Unit
@@ -70,6 +72,32 @@ class Plan:
             expires=expires,
             victims=victims,
         )
+
+
+def lapsed(
+    plans: Mapping[str, Plan], gangs: Mapping[str, Gang], now: float, plan_ttl: float
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The plans that are over: those fulfilled (every planned member still there holds its
+    node), and those to release with why (the gang is gone; or, before it runs, a core member
+    was deleted or the plan expired)."""
+    fulfilled: list[str] = []
+    dropped: list[tuple[str, str]] = []
+    for key, plan in plans.items():
+        gang = gangs.get(key)
+        if gang is None:
+            dropped.append((key, "gang is gone"))
+            continue
+        live = {p.uid for p in gang.members}
+        bound = {p.uid for p in gang.bound}
+        if all(u not in live or u in bound for u in plan.members):
+            fulfilled.append(key)
+        elif gang.running:
+            continue
+        elif any(u not in live for u in plan.core):
+            dropped.append((key, "a planned member was deleted"))
+        elif plan.expires <= now:
+            dropped.append((key, f"plan expired: the gang did not start within {plan_ttl:g}s"))
+    return fulfilled, dropped
 
 
 @dataclass(frozen=True, slots=True)
