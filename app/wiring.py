@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
-from app.core.model.values import Pod
 from app.core.policies.fgd import default_policy
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
 from app.core.state.queuefile import QueueFile
 from app.core.verbs.barrier import Barrier
-from app.core.verbs.bind import Binder, DeviceChooser
+from app.core.verbs.bind import Binder, device_chooser
 from app.core.verbs.extender import Extender
 from app.core.verbs.gangbind import BindRequest, GangBinder
 from app.settings import Settings
@@ -52,15 +51,6 @@ class Graph:
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
     """An empty cluster cache for ``settings`` (the caller fills it)."""
     return ClusterCache(assume_ttl=settings.assume_ttl_seconds, clock=clock)
-
-
-def device_chooser(gpu: GpuPlacement, cache: ClusterCache) -> DeviceChooser:
-    """The binder's device choice: the devices ``gpu`` wants on the node, in the live view."""
-
-    def choose(pod: Pod, node: str) -> tuple[int, ...] | None:
-        return gpu.devices(cache.view(), pod, node)
-
-    return choose
 
 
 def build_graph(
@@ -94,7 +84,7 @@ def build_graph(
         topology_keys=settings.topology_keys,
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
-    binder = Binder(cache, gateway, None if gpu is None else device_chooser(gpu, cache))
+    binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock)
     extender = Extender(cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu)

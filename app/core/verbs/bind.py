@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.core.cycle.planner import Planner
 from app.core.gpu.ask import GpuAsk
 from app.core.model.errors import BindRejected, GatewayError
+from app.core.model.gang import gang_spec
 from app.core.model.labels import GPU_IDS
 from app.core.model.values import Pod
+from app.core.policies.gpuplacement import GpuPlacement
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
 
-#: Picks a pod's GPU devices on a node (the live placement policy), or None for the default.
+#: Picks a pod's GPU devices on a node (its plan's, or the live placement policy's), or None
+#: for the cache's default choice.
 DeviceChooser = Callable[[Pod, str], "tuple[int, ...] | None"]
 
 
@@ -42,21 +46,10 @@ class Binder:
         pod = self._cache.pod(uid)
         return None if pod is None or not GpuAsk.of(pod).count else self._devices(pod, node)
 
-    def bind(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        node: str,
-        devices: tuple[int, ...] | None = None,
-    ) -> BindOutcome:
-        """Assume the pod on ``node``, then create its Binding; any failure is an error text.
-
-        ``devices``: the GPU devices its plan chose (kept); otherwise the placement policy's.
-        """
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Assume the pod on ``node``, then create its Binding; any failure is an error text."""
         try:
-            chosen = devices if devices is not None else self._choose(uid, node)
-            pod = self._cache.assume(uid, node, chosen)
+            pod = self._cache.assume(uid, node, self._choose(uid, node))
         except BindRejected as exc:
             return BindOutcome(error=str(exc), reason="Rejected")
         held = self._cache.devices_of(uid)
@@ -71,3 +64,20 @@ class Binder:
                 error=f"binding {namespace}/{name} to {node} failed: {exc}", reason=exc.reason
             )
         return BindOutcome()
+
+
+def device_chooser(
+    planner: Planner, gpu: GpuPlacement | None, cache: ClusterCache
+) -> DeviceChooser:
+    """The binder's device choice: a gang member's planned devices (chosen once, when its
+    gang was planned); otherwise the devices ``gpu`` wants on the node in the live view, or
+    the cache's default choice without a GPU policy."""
+
+    def choose(pod: Pod, node: str) -> tuple[int, ...] | None:
+        spec = gang_spec(pod)
+        planned = None if spec is None else planner.planned_devices(pod.uid, spec.key)
+        if planned is not None or gpu is None:
+            return planned
+        return gpu.devices(cache.view(), pod, node)
+
+    return choose

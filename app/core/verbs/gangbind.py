@@ -124,13 +124,8 @@ class GangBinder:
         return BindTicket(SUCCESS, spec.key, released=tuple(ready))
 
     def bind_one(self, request: BindRequest) -> BindOutcome:
-        """Bind one pod now, on the GPU devices its gang's plan chose for it if any."""
-        pod = self._cache.pod(request.uid)
-        spec = gang_spec(pod) if pod is not None else None
-        devices = None if spec is None else self._planner.planned_devices(request.uid, spec.key)
-        return self._binder.bind(
-            request.namespace, request.name, request.uid, request.node, devices
-        )
+        """Bind one pod now."""
+        return self._binder.bind(request.namespace, request.name, request.uid, request.node)
 
     def finish_gang(
         self, gang: str, requests: Sequence[BindRequest], outcomes: Sequence[BindOutcome]
