@@ -194,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="copy unresolvable reasons to FailedNodes (for kube-scheduler 1.20)",
     )
-    s.add_argument("--min-runtime", type=float, default=60.0, metavar="SECONDS",
-                   help="gangs younger than this are never preempted (default 60)")  # fmt: skip
+    s.add_argument("--min-runtime", type=float, default=0.0, metavar="SECONDS",
+                   help="gangs younger than this are never preempted, unless their pods, "
+                        "PriorityClass or queue say otherwise (default 0)")  # fmt: skip
     s.add_argument("--no-preemption", action="store_true",
                    help="never evict gangs for higher-priority gangs or reclaim")  # fmt: skip
     s.add_argument("--default-runtime", type=float, default=3600.0, metavar="SECONDS",

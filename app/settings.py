@@ -38,9 +38,9 @@ class Settings:
     #: Also list unresolvable nodes in FailedNodes, for kube-scheduler 1.20 and older, which
     #: ignore FailedAndUnresolvableNodes and would drop those reasons from pod events.
     mirror_unresolvable: bool = False
-    #: Gangs running for less than this (unless ``muster.io/min-runtime`` says otherwise) are
-    #: never preempted.
-    min_runtime_seconds: float = 60.0
+    #: Gangs running for less than this are never preempted or reclaimed, unless their pods,
+    #: PriorityClass or queue say otherwise (``app.core.policies.minruntime``); 0: none.
+    min_runtime_seconds: float = 0.0
     #: Whether the planner may evict lower-priority gangs and reclaim borrowed capacity.
     preemption: bool = True
     #: Expected runtime of running pods that declare none (``muster.io/expected-runtime``),

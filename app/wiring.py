@@ -17,6 +17,7 @@ from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
 from app.core.policies.fgd import default_policy
 from app.core.policies.gpuplacement import GpuPlacement
+from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
 from app.core.state.queuefile import QueueFile
@@ -82,6 +83,7 @@ def build_graph(
         min_runtime=settings.min_runtime_seconds,
         preemption=settings.preemption,
         topology_keys=settings.topology_keys,
+        protection=MinRuntime(lambda: queues.config, settings.min_runtime_seconds),
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))

@@ -28,6 +28,7 @@ def pod_json(
     tolerations: list[dict[str, Any]] | None = None,
     affinity_terms: list[dict[str, Any]] | None = None,
     priority: int = 0,
+    priority_class: str = "",
     phase: str = "Pending",
     created: float | None = None,
 ) -> dict[str, Any]:
@@ -44,6 +45,8 @@ def pod_json(
         "containers": [{"name": "main", "image": "pause", "resources": {"requests": requests}}],
         "priority": priority,
     }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     if node:
         spec["nodeName"] = node
     if node_selector:

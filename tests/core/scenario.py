@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core.actions.victims import MIN_RUNTIME
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model import labels
 from app.core.model.queues import OPEN, QueueConfig, parse_queue_config
 from app.core.model.runtime import EXPECTED_RUNTIME, parse_duration
 from app.core.model.values import Node, Pod, Resources
+from app.core.policies.minruntime import MIN_RUNTIME
 from app.core.state.cache import ClusterCache
 from app.core.state.domains import DEFAULT_KEYS
 from app.sim.engine import SimConfig, Simulation
@@ -69,6 +69,7 @@ class Queue:
     borrowing: bool = True
     lending_limit: int | None = None
     parent: str = ""
+    min_runtime: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Job:
     preferred: str = ""
     tolerates: str = ""
     solo: bool = False
+    priority_class: str = ""
 
     @property
     def running(self) -> bool:
@@ -121,6 +123,8 @@ class Scenario:
     reserved: str = ""
     queues: tuple[Queue, ...] = ()
     min_runtime: float = 0.0
+    #: PriorityClass name -> its ``minRuntime`` in the queue file.
+    priority_classes: Mapping[str, str] = field(default_factory=dict)
     default_runtime: float = 3600.0
     preemption: bool = True
     #: Why the expectation is right although Muster does otherwise today (strict xfail);
@@ -177,7 +181,7 @@ def plan(row: Scenario) -> Outcome:
         cache,
         clock=lambda: NOW,
         wall=lambda: NOW,
-        queues=StaticQueues(queue_config(row.queues)),
+        queues=StaticQueues(queue_config(row.queues, row.priority_classes)),
         min_runtime=row.min_runtime,
         default_runtime=row.default_runtime,
         preemption=row.preemption,
@@ -215,7 +219,7 @@ def simulate(row: Scenario) -> Outcome:
     jobs = [_sim_job(j, origin) for j in row.jobs]
     config = SimConfig(
         policy_config=PolicyConfig(
-            queues=queue_config(row.queues),
+            queues=queue_config(row.queues, row.priority_classes),
             min_runtime=row.min_runtime,
             preemption=row.preemption,
             default_runtime=row.default_runtime,
@@ -247,10 +251,13 @@ def simulate(row: Scenario) -> Outcome:
     return Outcome(placed, evicted)
 
 
-def queue_config(queues: Iterable[Queue]) -> QueueConfig:
-    """The queue tree of ``queues`` (plus a ``default`` queue); the open queue for none."""
+def queue_config(
+    queues: Iterable[Queue], priority_classes: Mapping[str, str] | None = None
+) -> QueueConfig:
+    """The queue tree of ``queues`` (plus a ``default`` queue; the open queue for none) and
+    the ``minRuntime`` of ``priority_classes``."""
     given = list(queues)
-    if not given:
+    if not given and not priority_classes:
         return OPEN
 
     def gpus(amount: int | None) -> dict[str, int] | None:
@@ -261,9 +268,11 @@ def queue_config(queues: Iterable[Queue]) -> QueueConfig:
     for q in given:
         entry = {"name": q.name, "parent": q.parent, "borrowing": q.borrowing,
                  "guaranteed": gpus(q.guaranteed), "limit": gpus(q.limit),
-                 "lendingLimit": gpus(q.lending_limit)}  # fmt: skip
+                 "lendingLimit": gpus(q.lending_limit),
+                 "minRuntime": q.min_runtime or None}  # fmt: skip
         entries.append({k: v for k, v in entry.items() if v is not None})
-    return parse_queue_config(yaml.safe_dump({"queues": entries}))
+    classes = {name: {"minRuntime": v} for name, v in (priority_classes or {}).items()}
+    return parse_queue_config(yaml.safe_dump({"queues": entries, "priorityClasses": classes}))
 
 
 # -- building blocks ----------------------------------------------------------------------
@@ -304,6 +313,7 @@ def _pods(job: Job) -> list[Pod]:
             annotations={k: v for k, v in asks.items() if v},
             tolerations=tolerations if job.tolerates else None,
             priority=job.priority,
+            priority_class=job.priority_class,
         )
         for i in range(job.size)
     ]

@@ -11,6 +11,7 @@ from app.core.actions import preempt, reclaim
 from app.core.actions.victims import running_units
 from app.core.cycle.planner import gangs_of
 from app.core.model.queues import parse_queue_config
+from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
 from app.core.state.queueusage import QueueUsage, queue_name
 from tests.factories import EPOCH, node, pod
@@ -63,7 +64,7 @@ def setup(*gangs: list, nodes: int = 2, gpus: int = 8):
         gangs_of(snapshot),
         lambda p: queue_name(p, QUEUES),
         now=NOW,
-        min_runtime=60,
+        protection=MinRuntime(lambda: QUEUES, 60),
     )
     return cache, snapshot, units
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.scenario import Box, Job, Scenario, boxes, check, params
+from tests.core.scenario import Box, Job, Queue, Scenario, boxes, check, params
 
 ROWS = [
     Scenario(
@@ -38,6 +38,41 @@ ROWS = [
         waits={"high": "needs 1 more node with 8 free nvidia.com/gpu; reserved n0, expected to "
                        "start in 3570s"},
         reserved="high: n0",
+    ),
+    Scenario(
+        "by default a gang that has just started gives way at once",
+        boxes(1),
+        (Job("low", 1, 8, on="n0", age=1), Job("high", 1, 8, priority=100)),
+        placed={"high": "n0"},
+        evicted=("low",),
+    ),
+    Scenario(
+        "a queue's minRuntime protects its young gangs",
+        boxes(2),
+        (Job("young", 1, 8, on="n0", age=30, queue="safe"),
+         Job("old", 1, 8, on="n1", age=30, queue="open"), Job("high", 1, 8, priority=100)),
+        queues=(Queue("safe", min_runtime="1m"), Queue("open")),
+        placed={"high": "n1"},
+        evicted=("old",),
+    ),
+    Scenario(
+        "a PriorityClass's minRuntime protects its gangs, over their queue's",
+        boxes(2),
+        (Job("kept", 1, 8, on="n0", age=120, queue="q", priority_class="protected"),
+         Job("plain", 1, 8, on="n1", age=30, queue="q"), Job("high", 1, 8, priority=100)),
+        queues=(Queue("q", min_runtime="1m"),),
+        priority_classes={"protected": "1h"},
+        waits={"high": "needs 1 more node with 8 free nvidia.com/gpu"},
+        reserved="high: n0",
+    ),
+    Scenario(
+        "a pod's own min-runtime 0 waives its queue's protection",
+        boxes(1),
+        (Job("waived", 1, 8, on="n0", age=5, queue="q", min_runtime="0"),
+         Job("high", 1, 8, priority=100)),
+        queues=(Queue("q", min_runtime="1h"),),
+        placed={"high": "n0"},
+        evicted=("waived",),
     ),
     Scenario(
         "a gang protected by its own min-runtime is passed over for a higher-priority one",

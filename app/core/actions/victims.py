@@ -1,9 +1,8 @@
 """What could give way: running work cut into units that are evicted whole.
 
 A unit is either a whole running gang (every member holding a node), one elastic member of a
-running gang beyond its min-member (those give way first), or a pod running on its own. Gangs
-younger than their min-runtime (``muster.io/min-runtime``, else a configured default) and pods
-younger than their own ``muster.io/min-runtime`` are protected and never offered.
+running gang beyond its min-member (those give way first), or a pod running on its own. Units
+younger than their protection (``app.core.policies.minruntime``) are never offered.
 """
 
 from __future__ import annotations
@@ -12,13 +11,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from app.core.actions.allocate import Allocation, allocate
-from app.core.model import labels
 from app.core.model.gang import Gang
-from app.core.model.runtime import parse_duration
 from app.core.model.values import Pod
+from app.core.policies.interfaces import Protection
 from app.core.state.cache import NodeView, Snapshot, without
-
-MIN_RUNTIME = "muster.io/min-runtime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +38,13 @@ class Unit:
         return max(now - self.started, 0.0) * len(self.pods)
 
 
-def min_runtime_of(pods: Iterable[Pod], default: float) -> float:
-    values = [labels.lookup(MIN_RUNTIME, p.labels, p.annotations) for p in pods]
-    parsed = [parse_duration(v) for v in values if v]
-    return max([p for p in parsed if p is not None], default=default)
-
-
 def running_units(
     snapshot: Snapshot,
     gangs: dict[str, Gang],
     queue_of: Callable[[Pod], str | None],
     *,
     now: float,
-    min_runtime: float,
+    protection: Protection,
 ) -> list[Unit]:
     """Every unprotected unit of running work that Muster manages (pods with a queue)."""
     units: list[Unit] = []
@@ -73,7 +63,7 @@ def running_units(
         if queue is None:
             continue
         first = min(start_of(p) for p in bound)
-        if now - first < min_runtime_of(bound, min_runtime):
+        if now - first < protection.seconds(bound, queue, gang=True):
             continue  # protected while young
         extras = sorted(bound, key=start_of, reverse=True)[: max(len(bound) - gang.min_member, 0)]
         for pod in extras:
@@ -83,8 +73,7 @@ def running_units(
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
         queue = queue_of(pod)
-        # The configured default protects gangs; a pod on its own only by its own annotation.
-        if queue is None or now - start_of(pod) < min_runtime_of([pod], 0.0):
+        if queue is None or now - start_of(pod) < protection.seconds([pod], queue, gang=False):
             continue
         units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
     return units

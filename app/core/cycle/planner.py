@@ -40,6 +40,8 @@ from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
 from app.core.policies.drf import order_key
+from app.core.policies.interfaces import Protection
+from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
@@ -64,13 +66,14 @@ class Planner:
         scheduler_name: str = "muster",
         default_runtime: float = 3600.0,
         wall: Callable[[], float] = time.time,
-        min_runtime: float = 60.0,
+        min_runtime: float = 0.0,
         preemption: bool = True,
         topology_keys: Sequence[str] = DEFAULT_KEYS,
+        protection: Protection | None = None,
     ) -> None:
+        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``."""
         self._cache = cache
         self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
-        self._min_runtime = min_runtime
         self._preemption = preemption
         self._evictions: list[Eviction] = []
         self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
@@ -78,6 +81,7 @@ class Planner:
         self._wall = wall
         self._head: Reservation | None = None
         self._queues = queues or QueueFile()
+        self._protection = protection or MinRuntime(lambda: self._queues.config, min_runtime)
         self._scheduler_name = scheduler_name
         self._strategy = strategy
         self._plan_ttl = plan_ttl
@@ -125,10 +129,10 @@ class Planner:
             reason = self._reasons.get(spec.key) or "waiting for the planner"
             return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
 
-    @property
-    def min_runtime(self) -> float:
-        """How long running work is protected from preemption unless it says otherwise."""
-        return self._min_runtime
+    def protected_for(self, pod: Pod) -> float:
+        """Seconds ``pod``, running, is protected from preemption (see ``Protection``)."""
+        queue = queue_name(pod, self._queues.config, self._scheduler_name)
+        return self._protection.seconds([pod], queue, gang=gang_spec(pod) is not None)
 
     @property
     def queues(self) -> QueueFile:
@@ -539,7 +543,7 @@ class Planner:
                 gangs_of(snapshot),
                 lambda p: queue_name(p, config, self._scheduler_name),
                 now=wall,
-                min_runtime=self._min_runtime,
+                protection=self._protection,
             )
             self._units_memo = (key, snapshot, units)
         return self._units_memo[1], self._units_memo[2]

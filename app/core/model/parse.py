@@ -227,6 +227,7 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         node_name=node_name,
         phase=_str(status.get("phase"), f"{field}.status.phase", "Pending") or "Pending",
         priority=priority,
+        priority_class=_str(spec.get("priorityClassName"), f"{field}.spec.priorityClassName"),
         labels=pod_labels,
         annotations=annotations,
         node_selector=_str_map(spec.get("nodeSelector"), f"{field}.spec.nodeSelector"),

@@ -13,6 +13,10 @@ The YAML file (``--queues FILE``; in deploy/ a ConfigMap mounted at /etc/muster/
         limit: {nvidia.com/gpu: 64}                                  # default unlimited
         borrowing: true            # may use more than guaranteed when others leave it idle
         lendingLimit: {nvidia.com/gpu: 16}  # at most this much of its idle guarantee is lent
+        minRuntime: 10m            # its running gangs are not preempted or reclaimed while
+                                   # younger (default: the parent's, else --min-runtime)
+    priorityClasses:               # optional: per PriorityClass name, over the queue's
+      batch-protected: {minRuntime: 30m}
 
 Every problem is reported with the path of the offending field; a configuration that does not
 validate is refused whole (the server keeps the one it had).
@@ -28,13 +32,16 @@ import yaml
 
 from app.core.model.errors import InvalidInput
 from app.core.model.quantity import parse_milli
+from app.core.model.runtime import parse_duration
 from app.core.model.values import RESOURCE_NAMES, Resources
 
 #: A limit nobody reaches (unset limit / lending limit).
 UNLIMITED = 2**60
 _ALL = Resources(UNLIMITED, UNLIMITED, UNLIMITED, UNLIMITED)
-_QUEUE_KEYS = {"name", "parent", "weight", "guaranteed", "limit", "borrowing", "lendingLimit"}
-_TOP_KEYS = {"defaultQueue", "namespaces", "queues"}
+_QUEUE_KEYS = {
+    "name", "parent", "weight", "guaranteed", "limit", "borrowing", "lendingLimit", "minRuntime"
+}  # fmt: skip
+_TOP_KEYS = {"defaultQueue", "namespaces", "queues", "priorityClasses"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +55,8 @@ class Queue:
     limit: Resources = _ALL
     borrowing: bool = True
     lending_limit: Resources = _ALL
+    #: Seconds its running gangs are protected from preemption and reclaim (None: inherited).
+    min_runtime: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class QueueConfig:
     queues: Mapping[str, Queue]
     default_queue: str = "default"
     namespaces: Mapping[str, str] = field(default_factory=dict)
+    #: PriorityClass name -> seconds its running work is protected (``priorityClasses``).
+    priority_class_min_runtime: Mapping[str, float] = field(default_factory=dict)
 
     def path(self, name: str) -> list[Queue]:
         """The queue and its ancestors, leaf first."""
@@ -99,6 +110,41 @@ def _resources(value: Any, field_path: str, default: Resources) -> Resources:
     )
 
 
+def _duration(value: Any, where: str) -> float | None:
+    """A ``minRuntime``: seconds (a number) or a duration (``"1h30m"``, ``"45m"``, ``"0"``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidInput(where, f"expected seconds or a duration like 10m, got {value!r}")
+    if isinstance(value, int | float) and value >= 0:
+        return float(value)
+    if isinstance(value, str) and value.strip() in {"0", "0s"}:
+        return 0.0
+    seconds = parse_duration(value) if isinstance(value, str) else None
+    if seconds is None:
+        raise InvalidInput(where, f"expected seconds or a duration like 10m, got {value!r}")
+    return seconds
+
+
+def _priority_classes(data: Any) -> dict[str, float]:
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise InvalidInput(
+            "priorityClasses", "expected a mapping of PriorityClass name to settings"
+        )
+    out: dict[str, float] = {}
+    for name, settings in data.items():
+        where = f"priorityClasses.{name}"
+        if not isinstance(settings, Mapping) or set(settings) != {"minRuntime"}:
+            raise InvalidInput(where, "expected {minRuntime: DURATION}")
+        seconds = _duration(settings["minRuntime"], f"{where}.minRuntime")
+        if seconds is None:
+            raise InvalidInput(f"{where}.minRuntime", "expected seconds or a duration like 10m")
+        out[str(name)] = seconds
+    return out
+
+
 def _queue(entry: Any, i: int) -> Queue:
     where = f"queues[{i}]"
     if not isinstance(entry, Mapping):
@@ -127,6 +173,7 @@ def _queue(entry: Any, i: int) -> Queue:
         limit=_resources(entry.get("limit"), f"{where}.limit", _ALL),
         borrowing=borrowing,
         lending_limit=_resources(entry.get("lendingLimit"), f"{where}.lendingLimit", _ALL),
+        min_runtime=_duration(entry.get("minRuntime"), f"{where}.minRuntime"),
     )
     for res, g, lim in zip(RESOURCE_NAMES, queue.guaranteed, queue.limit, strict=True):
         if g > lim:
@@ -186,4 +233,9 @@ def parse_queue_config(text: str) -> QueueConfig:
     for ns, queue_name in namespaces.items():
         if queue_name not in queues:
             raise InvalidInput(f"namespaces.{ns}", f"no queue {queue_name!r}")
-    return QueueConfig(queues=queues, default_queue=default, namespaces=dict(namespaces))
+    return QueueConfig(
+        queues=queues,
+        default_queue=default,
+        namespaces=dict(namespaces),
+        priority_class_min_runtime=_priority_classes(data.get("priorityClasses")),
+    )

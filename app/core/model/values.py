@@ -119,6 +119,8 @@ class Pod:
     node_name: str = ""
     phase: str = "Pending"
     priority: int = 0
+    #: ``spec.priorityClassName`` ("" for none).
+    priority_class: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)

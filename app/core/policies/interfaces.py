@@ -11,10 +11,12 @@ method whose signature is fixed by its kind, so the code that runs policies
 * ``Scorer``: how good is each candidate node, 0..``MAX_NODE_SCORE``.
 * ``QueueOrder``: which queue goes next (a sort key; lower first).
 * ``QuotaCheck``: may this demand start in this queue now.
+* ``Protection``: how long running work is safe from preemption and reclaim.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -85,4 +87,16 @@ class QuotaCheck(Protocol):
 
     def admit(self, usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
         """``SUCCESS`` if ``demand`` may start in ``queue`` now, else why not."""
+        ...
+
+
+@runtime_checkable
+class Protection(Protocol):
+    """Decides how long running work is protected from being evicted for other work."""
+
+    name: str
+
+    def seconds(self, pods: Sequence[Pod], queue: str | None, *, gang: bool) -> float:
+        """Seconds after it starts during which the unit ``pods`` (a whole gang when
+        ``gang``, else one pod) of ``queue`` may not be preempted or reclaimed."""
         ...

@@ -122,7 +122,7 @@ class Extender:
         if gang_spec(pod) is not None:
             return {}
         return victimcheck.filter_candidates(
-            self.cache.snapshot(), pod, candidates, given, min_runtime=self.planner.min_runtime
+            self.cache.snapshot(), pod, candidates, given, protected_for=self.planner.protected_for
         )
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:

@@ -9,10 +9,9 @@ count GPUs itself when the extender owns them (``ignoredByScheduler``).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from app.core.actions.victims import min_runtime_of
 from app.core.gpu.ask import GpuAsk, fits_mask, give
 from app.core.model.gang import gang_spec
 from app.core.model.values import Pod
@@ -43,15 +42,14 @@ def filter_candidates(
     candidates: Mapping[str, Victims],
     given: Mapping[str, Pod] | None = None,
     *,
-    min_runtime: float = 0.0,
+    protected_for: Callable[[Pod], float] = lambda _: 0.0,
     now: float | None = None,
 ) -> dict[str, Victims]:
     """The candidates on which evicting the proposed victims lets the pod's GPUs fit.
 
     A node is dropped when its victims hold only part of a gang (the rest would sit idle on
     other nodes; whole-gang preemption is the planner's business), or include a pod Muster
-    protects (younger than its ``muster.io/min-runtime``; gang members default to
-    ``min_runtime``).
+    protects (running for less than ``protected_for(pod)`` seconds).
     """
     view: NodeView = snapshot.view
     given = given or {}
@@ -61,7 +59,7 @@ def filter_candidates(
         if node not in view.index:
             continue
         if _splits_a_gang(snapshot, given, victims.uids) or _protected(
-            snapshot, given, victims.uids, min_runtime, now
+            snapshot, given, victims.uids, protected_for, now
         ):
             continue
         free = view.free_of(node).gpu + gpus_freed(snapshot, node, victims.uids, given)
@@ -103,14 +101,17 @@ def _splits_a_gang(snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[
 
 
 def _protected(
-    snapshot: Snapshot, given: Mapping[str, Pod], uids: Sequence[str], default: float, now: float
+    snapshot: Snapshot,
+    given: Mapping[str, Pod],
+    uids: Sequence[str],
+    protected_for: Callable[[Pod], float],
+    now: float,
 ) -> bool:
     for uid in uids:
         pod = snapshot.pods.get(uid) or given.get(uid)
         if pod is None:
             continue
         started = pod.started or snapshot.bound_at.get(uid, now)
-        floor = default if gang_spec(pod) is not None else 0.0
-        if now - started < min_runtime_of([pod], floor):
+        if now - started < protected_for(pod):
             return True
     return False
