@@ -278,9 +278,13 @@ class FakeKubelet:
                 if len(members) == size and all(p.spec.node_name for p in members):
                     self.started[job] = now
                     for p in members:
-                        self.core.patch_namespaced_pod_status(
-                            p.metadata.name, self.ns, {"status": {"phase": "Running"}}
-                        )
+                        try:
+                            self.core.patch_namespaced_pod_status(
+                                p.metadata.name, self.ns, {"status": {"phase": "Running"}}
+                            )
+                        except kubernetes.client.ApiException as exc:
+                            if exc.status != 404:  # evicted since the list: fine
+                                raise
             elif now - self.started[job] >= self.runtime:
                 for p in members:
                     delete_now(self.core, self.ns, p.metadata.name)

@@ -23,7 +23,8 @@ QUEUES = """
 defaultQueue: default
 queues:
   - {name: default}
-  - {name: a, guaranteed: {nvidia.com/gpu: 24}, limit: {nvidia.com/gpu: 48}}
+  # a's borrowed work is protected while young, so b waits for it to finish (no reclaim)
+  - {name: a, guaranteed: {nvidia.com/gpu: 24}, limit: {nvidia.com/gpu: 48}, minRuntime: 10m}
   - {name: b, guaranteed: {nvidia.com/gpu: 24}, limit: {nvidia.com/gpu: 32}}
 """
 

@@ -18,6 +18,7 @@ import numpy as np
 from app.core.gpu.ask import GpuAsk, fits_mask, take
 from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
+from app.core.policies.interfaces import Scorer
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
 from app.core.state.cache import NodeView, shortfall
 
@@ -47,7 +48,12 @@ def allocate(
     strategy: str = "binpack",
     allowed: Mapping[str, np.ndarray] | None = None,
 ) -> Allocation:
-    """Place ``members`` together on ``view``; ``allowed[uid]`` may narrow a member's nodes."""
+    """Place ``members`` together on ``view``; ``allowed[uid]`` may narrow a member's nodes.
+
+    Members alike (same requests, GPU ask, node constraints and ``allowed`` rows) share one
+    list of candidate rows with their fit and score, computed once; after each placement only
+    the row that changed is judged again (a row's score depends on that row alone).
+    """
     result = Allocation()
     if not len(view.nodes):
         result.unplaced = list(members)
@@ -57,39 +63,100 @@ def allocate(
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)
     gpu_free = view.gpu_free.copy()
-    all_rows = np.arange(len(view.nodes))
     masks: dict[Constraint, np.ndarray] = {}
+    candidates: dict[tuple[object, ...], _Candidates] = {}
+    touched: list[int] = []  # rows placed on, in order (what cached candidates may lack)
     for pod in sorted(
         members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory)
     ):
-        signature = constraint_of(pod)
-        mask = masks.get(signature)
-        if mask is None:
-            mask = masks[signature] = eligible(view, pod)
-        need = np.asarray(pod.requests, dtype=np.int64)
-        ok = mask & ((view.allocatable - used) >= need).all(axis=1)
         ask = GpuAsk.of(pod)
-        if ask.count:
-            ok &= fits_mask(gpu_free, ask)
-        if allowed is not None and pod.uid in allowed:
-            ok &= allowed[pod.uid]
-        if not ok.any():
+        narrowed = allowed.get(pod.uid) if allowed is not None else None
+        key = (constraint_of(pod), pod.requests, ask, id(narrowed))
+        found = candidates.get(key)
+        if found is None:
+            signature = constraint_of(pod)
+            mask = masks.get(signature)
+            if mask is None:
+                mask = masks[signature] = eligible(view, pod)
+            rows = np.flatnonzero(mask if narrowed is None else mask & narrowed)
+            found = candidates[key] = _Candidates(rows, pod.requests, ask, len(touched))
+            found.judge(working, gpu_free, chosen, policy, np.arange(len(rows)))
+        else:
+            found.catch_up(working, gpu_free, chosen, policy, touched)
+        row = found.best()
+        if row is None:
             result.unplaced.append(pod)
             continue
-        rows = all_rows[ok]
-        scores = policy.score(working, rows, pod.requests) + _LOCALITY * chosen[rows]
-        row = int(rows[int(np.argmax(scores))])
-        used[row] += need
+        used[row] += np.asarray(pod.requests, dtype=np.int64)
         if ask.count:
             node = view.nodes[row]
             free = gpu_free[row, : device_count(node)]
             devices = default_choice(node, free.tolist(), ask)
-            assert devices is not None  # fits_mask said so
+            assert devices is not None  # the fit said so
             take(free, ask, devices)
             result.devices[pod.uid] = devices
         chosen[row] = True
+        touched.append(row)
+        found.catch_up(working, gpu_free, chosen, policy, touched)
         result.placed[pod.uid] = view.nodes[row].name
     return result
+
+
+class _Candidates:
+    """The rows alike members may use, whether each fits now and its score there."""
+
+    def __init__(self, rows: np.ndarray, requests: Resources, ask: GpuAsk, seen: int) -> None:
+        self.rows = rows
+        self.requests = requests
+        self.need = np.asarray(requests, dtype=np.int64)
+        self.ask = ask
+        self.ok = np.zeros(len(rows), dtype=bool)
+        self.scores = np.zeros(len(rows), dtype=np.float64)
+        self.seen = seen  # how many of the touched rows are judged already
+
+    def judge(
+        self,
+        working: NodeView,
+        gpu_free: np.ndarray,
+        chosen: np.ndarray,
+        policy: Scorer,
+        at: np.ndarray,
+    ) -> None:
+        """Judge the candidates at positions ``at`` again, on the current usage."""
+        rows = self.rows[at]
+        ok = ((working.allocatable[rows] - working.used[rows]) >= self.need).all(axis=1)
+        if self.ask.count:
+            ok &= fits_mask(gpu_free[rows], self.ask)
+        self.ok[at] = ok
+        if len(rows):
+            score = policy.score(working, rows, self.requests)
+            self.scores[at] = score + _LOCALITY * chosen[rows]
+
+    def catch_up(
+        self,
+        working: NodeView,
+        gpu_free: np.ndarray,
+        chosen: np.ndarray,
+        policy: Scorer,
+        touched: list[int],
+    ) -> None:
+        """Judge again the rows placed on since the last call."""
+        if self.seen == len(touched):
+            return
+        changed = np.unique(np.asarray(touched[self.seen :], dtype=np.int64))
+        self.seen = len(touched)
+        at = np.searchsorted(self.rows, changed)
+        inside = at < len(self.rows)
+        at, changed = at[inside], changed[inside]
+        at = at[self.rows[at] == changed]  # changed rows that are candidates here
+        if len(at):
+            self.judge(working, gpu_free, chosen, policy, at)
+
+    def best(self) -> int | None:
+        """The best-scoring row that fits (the first of equals), or None."""
+        if not self.ok.any():
+            return None
+        return int(self.rows[int(np.argmax(np.where(self.ok, self.scores, -np.inf)))])
 
 
 def why_unplaced(view: NodeView, allocation: Allocation, total: int) -> str:
