@@ -95,6 +95,7 @@ class Job:
     tolerates: str = ""
     solo: bool = False
     priority_class: str = ""
+    selector: str = ""  # "key=value": a node selector
 
     @property
     def running(self) -> bool:
@@ -171,8 +172,9 @@ def check(row: Scenario) -> None:
         assert why in got.reasons.get(gang, ""), f"{gang}: {got.reasons.get(gang)!r}"
 
 
-def plan(row: Scenario) -> Outcome:
-    """One forced planner cycle over ``row`` at ``NOW``: plans, evictions, reasons, holds."""
+def planner_for(row: Scenario) -> Planner:
+    """A cache holding ``row``'s nodes and jobs and a planner over it (clocks at ``NOW``),
+    after one forced cycle."""
     cache = ClusterCache()
     cache.upsert_nodes(_node(b) for b in row.nodes)
     for job in row.jobs:
@@ -187,6 +189,12 @@ def plan(row: Scenario) -> Outcome:
         preemption=row.preemption,
     )
     planner.cycle(force=True)
+    return planner
+
+
+def plan(row: Scenario) -> Outcome:
+    """One forced planner cycle over ``row`` at ``NOW``: plans, evictions, reasons, holds."""
+    planner = planner_for(row)
     placed = {}
     for job in row.jobs:
         found = None if job.solo else planner.plan(f"{NAMESPACE}/{job.name}")
@@ -312,6 +320,7 @@ def _pods(job: Job) -> list[Pod]:
             labels=group,
             annotations={k: v for k, v in asks.items() if v},
             tolerations=tolerations if job.tolerates else None,
+            node_selector=dict([job.selector.split("=", 1)]) if job.selector else None,
             priority=job.priority,
             priority_class=job.priority_class,
         )

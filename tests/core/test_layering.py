@@ -45,7 +45,7 @@ def test_the_check_sees_imports(tmp_path: Path) -> None:
 #: app/core's folders, lowest first: a module may import core modules of its own folder and of
 #: folders listed before it, never after. ``admission`` (the webhook) sits beside the scheduling
 #: stack and may import ``model`` only.
-LAYERS = ("model", "gpu", "state", "policies", "actions", "cycle", "verbs")
+LAYERS = ("model", "gpu", "state", "policies", "actions", "cycle", "verbs", "insight")
 BESIDE = {"admission": ("model",)}
 CORE = APP / "core"
 

@@ -39,19 +39,22 @@ def reserve_for(
     default_runtime: float,
     strategy: str = "binpack",
     within: np.ndarray | None = None,
+    planned_start_now: bool = False,
 ) -> Reservation | None:
     """Where and when ``members`` could start once the earliest-ending pods are gone.
 
     ``snapshot.view`` must not count existing holds. ``within``: a row mask the gang must stay
-    in (one topology domain). ``None`` if the gang would not fit even with every running pod
-    (there) gone.
+    in (one topology domain). ``planned_start_now``: pods reserved by plans count as starting
+    now (so their room frees after their runtime too). ``None`` if the gang would not fit even
+    with every running pod (there) gone.
     """
     view = snapshot.view
     allowed = None if within is None else {p.uid: within for p in members}
     running = []
     for uid, pod in snapshot.pods.items():
         node = snapshot.placement.get(uid)
-        if not node or pod.terminal or not snapshot.holds_node(pod) or node not in view.index:
+        counted = snapshot.holds_node(pod) or (planned_start_now and uid in snapshot.reserved)
+        if not node or pod.terminal or not counted or node not in view.index:
             continue
         if within is not None and not within[view.index[node]]:
             continue

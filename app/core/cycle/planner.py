@@ -33,6 +33,7 @@ from app.core.cycle.elastic import plan_extras
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, gangs_of
+from app.core.cycle.outlook import Outlook
 from app.core.cycle.plans import Eviction, Plan, Verdict, lapsed
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang, gang_spec
@@ -167,6 +168,35 @@ class Planner:
     def reservation(self) -> Reservation | None:
         """The head-of-line reservation made by the last cycle, if any."""
         return self._head
+
+    def look(self) -> Outlook:
+        """The planner's state now, on a session that is never committed (explain, what-if)."""
+        with self._lock:
+            session = Session(self._cache, self._plans)
+            gangs = gangs_of(session.snapshot)
+            config = self._queues.config
+            usage = measure(
+                session.queue_usage(),
+                session.snapshot.view.allocatable.sum(axis=0),
+                config,
+                self._scheduler_name,
+            )
+            return Outlook(
+                session=session,
+                gangs=gangs,
+                plans={k: p.copy() for k, p in self._plans.items()},
+                reasons=dict(self._reasons),
+                head=self._head,
+                config=config,
+                usage=usage,
+                now=self._wall(),
+                strategy=self._strategy,
+                topology_keys=self._topology_keys,
+                default_runtime=self._default_runtime,
+                scheduler_name=self._scheduler_name,
+                preemption=self._preemption,
+                protection=self._protection,
+            )
 
     def describe(self) -> list[dict[str, Any]]:
         """Every gang with its state, members seen/bound, plan, age and current reason."""

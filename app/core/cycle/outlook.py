@@ -1,0 +1,38 @@
+"""What the planner knows at one instant, for questions that change nothing (explain, what-if).
+
+An ``Outlook`` bundles a planning ``Session`` that is never committed with copies of the
+planner's plans, reasons and settings, so the answers are pure functions of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.core.actions.backfill import Reservation
+from app.core.cycle.plans import Plan
+from app.core.cycle.session import Session
+from app.core.model.gang import Gang
+from app.core.model.queues import QueueConfig
+from app.core.policies.interfaces import Protection
+from app.core.state.queueusage import QueueUsage
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """The planner's state at ``now`` (wall-clock seconds); see the module docstring."""
+
+    session: Session
+    gangs: Mapping[str, Gang]
+    plans: Mapping[str, Plan]
+    reasons: Mapping[str, str]
+    head: Reservation | None
+    config: QueueConfig
+    usage: QueueUsage
+    now: float
+    strategy: str
+    topology_keys: Sequence[str]
+    default_runtime: float
+    scheduler_name: str
+    preemption: bool
+    protection: Protection

@@ -1,0 +1,663 @@
+"""Why is a job pending: its first blocker, one sentence a user can act on, and changes that
+would let it start sooner, each checked on the planner's snapshot.
+
+The blockers are checked in the order the planner meets them, and the first that holds is the
+``category``:
+
+* ``gang-incomplete``: fewer members exist than min-member;
+* ``constraints``: the members disagree (``problem``), or a member's node selector, affinity or
+  taints leave it no node at all;
+* ``quota``: its queue (or one above) does not admit the demand now;
+* ``topology``: it would fit, but not inside one domain of its ``topology-required`` level;
+* ``reservation``: it would fit in room held for the gang at the head of the line;
+* ``priority``: it would fit in room planned for gangs ahead of it;
+* ``fragmentation``: enough is free in total, but no node or domain has the shape it needs;
+* ``capacity``: not enough is free;
+* ``none``: nothing blocks it (running, binding, planned, or placed by the next cycle).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from app.core.actions.allocate import allocate
+from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
+from app.core.actions.backfill import may_backfill, reserve_for
+from app.core.actions.victims import running_units
+from app.core.cycle.describe import gang_state
+from app.core.cycle.makeroom import make_room
+from app.core.cycle.memos import gangs_of
+from app.core.cycle.outlook import Outlook
+from app.core.gpu.ask import MILLI
+from app.core.model.gang import Gang, gang_spec
+from app.core.model.labels import TOPOLOGY_REQUIRED
+from app.core.model.quantity import format_milli
+from app.core.model.queues import UNLIMITED, Queue
+from app.core.model.runtime import EXPECTED_RUNTIME
+from app.core.model.values import RESOURCE_NAMES, Pod, Resources
+from app.core.policies.proportion import admit, borrowable
+from app.core.policies.registry import check_reasons, eligible
+from app.core.state.cache import NodeView, without
+from app.core.state.domains import Ask, ask_of, tree_for
+from app.core.state.queueusage import demand_of, queue_name
+from app.core.verbs.filter import filter_nodes
+
+CATEGORIES = (
+    "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
+    "priority", "constraints", "none",
+)  # fmt: skip
+STATES = ("running", "binding", "planned", "waiting", "unknown")
+#: How many reason groups ``nodes`` lists (most common first).
+NODE_REASONS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """A change that lets the job start sooner, checked on the snapshot: ``change`` says what
+    to do, ``effect`` what then happens; ``cost`` orders fixes (cheapest first)."""
+
+    change: str
+    effect: str
+    cost: int
+
+
+@dataclass(slots=True)
+class Explanation:
+    """The answer of ``/explain`` (see the module docstring for the categories)."""
+
+    subject: str
+    state: str
+    category: str = "none"
+    summary: str = ""
+    queue: list[dict[str, Any]] = field(default_factory=list)
+    gang: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    gpus: dict[str, Any] = field(default_factory=dict)
+    position: dict[str, Any] | None = None
+    eta_seconds: float | None = None
+    fixes: list[Fix] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON body."""
+        return {
+            "subject": self.subject,
+            "state": self.state,
+            "category": self.category,
+            "summary": self.summary,
+            "queue": self.queue,
+            "gang": self.gang,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "position": self.position,
+            "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
+            "fixes": [{"change": f.change, "effect": f.effect} for f in self.fixes],
+        }
+
+    @property
+    def headline(self) -> str:
+        """``"category: summary"``: how events and conditions start."""
+        return f"{self.category}: {self.summary}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What is explained: a gang, or a pod on its own (a gang of one without a plan)."""
+
+    key: str
+    subject: str
+    members: tuple[Pod, ...]
+    min_member: int
+    bound: tuple[Pod, ...]
+    pending: tuple[Pod, ...]
+    gang: Gang | None
+
+    @property
+    def core(self) -> list[Pod]:
+        """The pending members it needs to start (all pending ones for a pod on its own)."""
+        return list(self.pending[: max(self.min_member - len(self.bound), 0)])
+
+
+def explain_gang(outlook: Outlook, namespace: str, name: str) -> Explanation:
+    """Explain gang ``namespace/name``."""
+    key = f"{namespace}/{name}"
+    gang = outlook.gangs.get(key)
+    if gang is None:
+        return Explanation(f"gang {key}", "unknown", summary=f"Muster knows no pod of gang {key}")
+    return _explain(outlook, _gang_job(gang, f"gang {key}"))
+
+
+def explain_pod(outlook: Outlook, namespace: str, name: str) -> Explanation:
+    """Explain pod ``namespace/name`` (its gang's story when it is in one)."""
+    snapshot = outlook.session.snapshot
+    pod = next(
+        (p for p in snapshot.pods.values() if p.namespace == namespace and p.name == name), None
+    )
+    subject = f"pod {namespace}/{name}"
+    if pod is None:
+        return Explanation(
+            subject,
+            "unknown",
+            summary=f"Muster has not seen pod {namespace}/{name} (is its schedulerName Muster's?)",
+        )
+    spec = gang_spec(pod)
+    if spec is not None and spec.key in outlook.gangs:
+        return _explain(outlook, _gang_job(outlook.gangs[spec.key], subject))
+    bound = snapshot.holds_node(pod)
+    job = _Job(pod.key, subject, (pod,), 1, (pod,) if bound else (), () if bound else (pod,), None)
+    return _explain(outlook, job)
+
+
+def _gang_job(gang: Gang, subject: str) -> _Job:
+    return _Job(
+        gang.key,
+        subject,
+        tuple(gang.members),
+        gang.min_member,
+        tuple(gang.bound),
+        tuple(gang.pending),
+        gang,
+    )
+
+
+# -- the story -----------------------------------------------------------------------------
+
+
+def _explain(o: Outlook, job: _Job) -> Explanation:
+    queue = _queue_of(o, job)
+    out = Explanation(job.subject, _state(o, job))
+    out.queue = _queue_path(o, queue) if queue else []
+    if job.gang is not None:
+        out.gang = {
+            "name": job.key,
+            "seen": len(job.members),
+            "needed": job.min_member,
+            "bound": len(job.bound),
+        }
+    view = _view_for(o, job)
+    out.gpus = _gpus(o, o.session.backfill_view())
+    probe = job.pending[0] if job.pending else job.members[0]
+    out.nodes = _node_reasons(view, probe)
+    out.position = _position(o, job, queue)
+    if out.state != "waiting":
+        out.summary = _busy_summary(o, job, out.state)
+        out.eta_seconds = 0.0
+        return out
+    _blocker(o, job, queue, view, out)
+    out.eta_seconds = _eta(o, job, out.category)
+    out.fixes = sorted(_fixes(o, job, queue, view, out.category), key=lambda f: f.cost)
+    return out
+
+
+def _state(o: Outlook, job: _Job) -> str:
+    if job.gang is None:
+        pod = job.members[0]
+        if pod.node_name:
+            return "running"
+        return "binding" if pod.uid in o.session.snapshot.assumed else "waiting"
+    return gang_state(job.gang, o.plans.get(job.key))
+
+
+def _busy_summary(o: Outlook, job: _Job, state: str) -> str:
+    plan = o.plans.get(job.key)
+    placement = o.session.snapshot.placement
+    if state == "planned" and plan is not None:
+        left = [
+            u
+            for u in plan.victims
+            if (p := o.session.snapshot.pods.get(u)) is not None and not p.terminal
+        ]
+        if left:
+            return f"waiting for {len(left)} evicted pods to leave before it binds"
+        return f"planned on {_spread(plan.members.values())}; kube-scheduler binds it next"
+    if state == "binding":
+        return "its members are being bound together now"
+    nodes = [placement.get(p.uid) or p.node_name for p in job.bound]
+    return f"running on {_spread(n for n in nodes if n)}"
+
+
+def _blocker(o: Outlook, job: _Job, queue: str, view: NodeView, out: Explanation) -> None:
+    """Set ``out.category`` and ``out.summary`` to the first blocker of a waiting job."""
+    if job.gang is not None and len(job.members) < job.min_member:
+        missing = job.min_member - len(job.members)
+        out.category = "gang-incomplete"
+        out.summary = (
+            f"{len(job.members)} of {job.min_member} members exist; it starts once "
+            f"{missing} more {'is' if missing == 1 else 'are'} created"
+        )
+        return
+    if job.gang is not None and job.gang.problem:
+        out.category, out.summary = "constraints", job.gang.problem
+        return
+    core = job.core
+    status = admit(o.usage, queue, demand_of(core)) if queue else None
+    if status is not None and not status.ok:
+        out.category, out.summary = "quota", status.reason
+        return
+    for pod in core:
+        if not eligible(view, pod).any():
+            out.category = "constraints"
+            out.summary = f"no node passes {pod.name}'s constraints: {_top_reason(view, pod)}"
+            return
+    ask, problem = ask_of(job.members)
+    if problem:
+        out.category, out.summary = "constraints", problem
+        return
+    placed = _place(o, view, job, ask)
+    if placed.complete:
+        out.category = "none"
+        out.summary = "it fits now; the planner places it in its next cycle"
+        return
+    required = placed.reason and ask is not None and ask.required
+    if required and _place(o, view, job, None).complete:
+        out.category, out.summary = "topology", placed.reason
+        return
+    owner, holds, until = o.session.holds
+    backfill = o.session.backfill_view()
+    held = holds and owner != job.key and view is not backfill
+    if held and _place(o, backfill, job, ask).complete:
+        due = max(until - o.now, 0.0)
+        out.category = "reservation"
+        out.summary = (
+            f"the room it needs is held for gang {owner}, due in {due:.0f}s; "
+            "only work that ends before then may use it"
+        )
+        return
+    ahead = _planned_elsewhere(o, job)
+    if ahead:
+        freed = without(o.session.snapshot, ahead, view)
+        if _place(o, freed, job, ask).complete:
+            gangs = sorted({o.session.snapshot.gang_members.get(p.uid, p.key) for p in ahead})
+            out.category = "priority"
+            out.summary = (
+                f"the room it needs is planned for gangs ahead of it in line: {', '.join(gangs)}"
+            )
+            return
+    need = demand_of(core)
+    rows = eligible(view, core[0]) if core else np.ones(len(view.nodes), dtype=bool)
+    free = np.maximum(view.allocatable - view.used, 0)[rows].sum(axis=0)
+    if (free >= need).all():
+        out.category = "fragmentation"
+        out.summary = _fragmentation(view, core, free)
+    else:
+        out.category = "capacity"
+        k = int(np.argmax(free < need))
+        name = RESOURCE_NAMES[k]
+        out.summary = (
+            f"needs {format_milli(name, int(need[k]))} {name}, "
+            f"{format_milli(name, int(free[k]))} free on the nodes it may use"
+        )
+
+
+def _fragmentation(view: NodeView, core: Sequence[Pod], free: np.ndarray) -> str:
+    gpu = max((p.requests.gpu for p in core), default=0)
+    if gpu >= MILLI:
+        whole = (view.gpu_free == MILLI).sum(axis=1)
+        largest = int(whole.max(initial=0))
+        total = int(free[0] // MILLI)
+        return (
+            f"{total} nvidia.com/gpu free in total, but no node or domain has the shape it "
+            f"needs ({gpu // MILLI} whole GPUs per member; largest free on one node: {largest})"
+        )
+    return "enough is free in total, but no node has room for each member"
+
+
+# -- parts of the answer -----------------------------------------------------------------
+
+
+def _queue_of(o: Outlook, job: _Job) -> str:
+    names = {queue_name(p, o.config, o.scheduler_name) for p in job.members} - {None}
+    if job.gang is not None and not names:
+        return o.config.default_queue
+    return min(n for n in names if n) if names else ""
+
+
+def _amounts(values: np.ndarray | Resources) -> dict[str, str]:
+    array = np.asarray(values, np.int64)
+    return {
+        name: format_milli(name, int(v))
+        for name, v in zip(RESOURCE_NAMES, array.tolist(), strict=True)
+        if name != "pods" and v < UNLIMITED
+    }
+
+
+def _queue_path(o: Outlook, queue: str) -> list[dict[str, Any]]:
+    if queue not in o.config.queues:
+        return [{"name": queue, "error": f"queue {queue} does not exist"}]
+    room = np.maximum(borrowable(o.usage), 0)
+    out = []
+    for q in o.config.path(queue):
+        out.append(
+            {
+                "name": q.name,
+                "usage": _amounts(o.usage.of(q.name)),
+                "guaranteed": _amounts(q.guaranteed),
+                "limit": _amounts(q.limit),
+                "borrowing": q.borrowing,
+                "mayBorrow": _amounts(room) if q.borrowing else {},
+            }
+        )
+    return out
+
+
+def _view_for(o: Outlook, job: _Job) -> NodeView:
+    """The view the planner would place it on (held room only for its owner or backfill)."""
+    owner, holds, until = o.session.holds
+    if holds and (owner == job.key or may_backfill(job.core or job.pending, o.now, until)):
+        return o.session.backfill_view()
+    return o.session.view()
+
+
+def _gpus(o: Outlook, view: NodeView) -> dict[str, Any]:
+    """Free GPUs in total against the largest block of whole free GPUs on one node and in one
+    domain of each topology level (``view`` without holds; what is held is said apart)."""
+    whole = (view.gpu_free == MILLI).sum(axis=1)
+    free = np.maximum(view.allocatable[:, 0] - view.used[:, 0], 0)
+    owner, holds, _ = o.session.holds
+    held = sum(r.gpu for r in holds.values())
+    out: dict[str, Any] = {
+        "free": format_milli("nvidia.com/gpu", int(free.sum())),
+        "heldForHeadOfLine": {"gang": owner, "gpus": format_milli("nvidia.com/gpu", held)}
+        if holds
+        else None,
+    }
+    if not len(whole):
+        return out | {"largestNode": None, "largestDomain": []}
+    row = int(np.argmax(whole))
+    out["largestNode"] = {"node": view.nodes[row].name, "wholeGpus": int(whole[row])}
+    tree = tree_for(view.table, o.topology_keys)
+    domains = []
+    for level in range(tree.depth):
+        if tree.spans_all(level) or len(tree.domains[level]) == len(view.nodes):
+            continue
+        sums = tree.sums(level, whole)
+        best = int(np.argmax(sums))
+        domains.append(
+            {
+                "level": tree.names[level],
+                "domain": tree.domains[level][best].label(tree),
+                "wholeGpus": int(sums[best]),
+            }
+        )
+    out["largestDomain"] = domains
+    return out
+
+
+def _node_reasons(view: NodeView, pod: Pod) -> list[dict[str, Any]]:
+    result = filter_nodes(view, pod, [n.name for n in view.nodes])
+    counts = Counter([*result.failed.values(), *result.unresolvable.values()])
+    rows = [{"reason": r, "count": c} for r, c in counts.most_common(NODE_REASONS)]
+    if result.feasible:
+        rows.insert(0, {"reason": "fits (for this member alone)", "count": len(result.feasible)})
+    return rows
+
+
+def _top_reason(view: NodeView, pod: Pod) -> str:
+    reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
+    if reasons is None:
+        return "no nodes"
+    counts = Counter(r for r in reasons.tolist() if r is not None)
+    reason, count = counts.most_common(1)[0]
+    return f"{reason} ({count} of {len(view.nodes)} nodes)"
+
+
+def _position(o: Outlook, job: _Job, queue: str) -> dict[str, Any] | None:
+    if job.gang is None or not queue:
+        return None
+    line = sorted(
+        (
+            g
+            for g in o.gangs.values()
+            if not g.running and g.key not in o.plans and (_queue_of(o, _gang_job(g, "")) == queue)
+        ),
+        key=lambda g: (-g.priority, g.created, g.key),
+    )
+    keys = [g.key for g in line]
+    if job.key not in keys:
+        return None
+    return {"queue": queue, "index": keys.index(job.key) + 1, "of": len(keys)}
+
+
+def _place(o: Outlook, view: NodeView, job: _Job, ask: Ask | None) -> TopologyAllocation:
+    placement = o.session.snapshot.placement
+    pinned = sorted({placement.get(p.uid) or p.node_name for p in job.bound} - {""})
+    tree = tree_for(view.table, o.topology_keys)
+    return allocate_topology(view, job.core, tree=tree, ask=ask, strategy=o.strategy, pinned=pinned)
+
+
+def _planned_elsewhere(o: Outlook, job: _Job) -> list[Pod]:
+    """Pods whose room plans of other gangs hold (not yet binding)."""
+    snapshot = o.session.snapshot
+    return [
+        snapshot.pods[uid]
+        for key, plan in o.plans.items()
+        if key != job.key
+        for uid in plan.members
+        if uid in snapshot.reserved and uid in snapshot.pods
+    ]
+
+
+def _eta(o: Outlook, job: _Job, category: str) -> float | None:
+    if category == "none":
+        return 0.0
+    if category in ("gang-incomplete", "constraints", "quota"):
+        return None
+    if o.head is not None and o.head.gang == job.key:
+        return max(o.head.start - o.now, 0.0)
+    snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
+    found = reserve_for(
+        snapshot,
+        job.key,
+        job.core,
+        now=o.now,
+        default_runtime=o.default_runtime,
+        strategy=o.strategy,
+        planned_start_now=True,
+    )
+    return None if found is None else max(found.start - o.now, 0.0)
+
+
+# -- fixes ----------------------------------------------------------------------------------
+
+
+def _fixes(o: Outlook, job: _Job, queue: str, view: NodeView, category: str) -> list[Fix]:
+    fixes: list[Fix] = []
+    core = job.core
+    if category == "gang-incomplete" and job.gang is not None:
+        fixes.extend(_fewer_members(o, view, job))
+    if category == "quota" and queue in o.config.queues:
+        fixes.extend(_quota_fixes(o, queue, demand_of(core)))
+    if category == "constraints" and core:
+        fixes.extend(_constraint_fixes(view, core))
+    if category == "reservation":
+        fixes.extend(_backfill_fix(o, job))
+    if category == "topology":
+        ask, _ = ask_of(job.members)
+        level = ask.level if ask is not None else ""
+        fixes.append(
+            Fix(
+                f"drop {TOPOLOGY_REQUIRED}: {level} (or use muster.io/topology-preferred)",
+                "it fits now across domains",
+                3,
+            )
+        )
+    if category in ("capacity", "fragmentation", "topology", "reservation", "priority"):
+        fixes.extend(_shape_fixes(o, view, job))
+    if category in ("capacity", "fragmentation", "priority") and o.preemption and core:
+        fixes.extend(_priority_fix(o, job, queue))
+    if category == "priority":
+        fixes.extend(_order_fix(o, job, queue))
+    return fixes
+
+
+def _order_fix(o: Outlook, job: _Job, queue: str) -> list[Fix]:
+    """Gangs ahead in its own queue are ordered by priority first: above theirs, it goes first
+    (the category check showed it fits once their plans are gone)."""
+    snapshot = o.session.snapshot
+    ahead = {snapshot.gang_members.get(p.uid, "") for p in _planned_elsewhere(o, job)}
+    gangs = [o.gangs[k] for k in sorted(ahead) if k in o.gangs]
+    if not gangs or any(_queue_of(o, _gang_job(g, "")) != queue for g in gangs):
+        return []
+    above = max(g.priority for g in gangs) + 1
+    names = ", ".join(g.key for g in gangs)
+    return [Fix(f"priority ≥ {above}", f"it would be planned before {names}", 6)]
+
+
+def _fewer_members(o: Outlook, view: NodeView, job: _Job) -> list[Fix]:
+    have = len(job.members)
+    if not have:
+        return []
+    trial = replace(job, min_member=have)
+    if not _place(o, view, trial, None).complete:
+        return []
+    return [Fix(f"set muster.io/min-member to {have}", f"the {have} members that exist fit now", 2)]
+
+
+def _quota_fixes(o: Outlook, queue: str, demand: np.ndarray) -> list[Fix]:
+    fixes: list[Fix] = []
+    leaf = o.config.queues[queue]
+    if not leaf.borrowing:
+        config = replace(o.config, queues={**o.config.queues, queue: replace(leaf, borrowing=True)})
+        if admit(replace(o.usage, config=config), queue, demand).ok:
+            over = np.maximum(o.usage.of(queue) + demand - np.asarray(leaf.guaranteed), 0)
+            fixes.append(
+                Fix(
+                    f"turn borrowing on for queue {queue}",
+                    f"queue {queue} could borrow {_gpus_text(over)} and start it now",
+                    4,
+                )
+            )
+    for q in o.config.path(queue):
+        held = o.usage.of(q.name) + demand
+        limit = np.asarray(q.limit, np.int64)
+        short = (limit < UNLIMITED) & (held > limit)
+        if not short.any():
+            continue
+        raised = _with_limit(q, np.where(short, held, limit))
+        config = replace(o.config, queues={**o.config.queues, q.name: raised})
+        if admit(replace(o.usage, config=config), queue, demand).ok:
+            k = int(np.argmax(short))
+            name = RESOURCE_NAMES[k]
+            fixes.append(
+                Fix(
+                    f"raise queue {q.name}'s {name} limit to {format_milli(name, int(held[k]))}",
+                    "the queue then admits it",
+                    5,
+                )
+            )
+    return fixes
+
+
+def _with_limit(queue: Queue, limit: np.ndarray) -> Queue:
+    return replace(queue, limit=Resources(*(int(v) for v in limit.tolist())))
+
+
+def _constraint_fixes(view: NodeView, core: Sequence[Pod]) -> list[Fix]:
+    pod = next((p for p in core if not eligible(view, p).any()), None)
+    if pod is None:
+        return []
+    trials = [
+        ("drop its nodeSelector", replace(pod, node_selector={})),
+        ("drop its required node affinity", replace(pod, required_affinity=None)),
+        ("drop both its nodeSelector and required node affinity",
+         replace(pod, node_selector={}, required_affinity=None)),
+    ]  # fmt: skip
+    for change, trial in trials:
+        count = int(eligible(view, trial).sum())
+        if count and trial != pod:
+            return [Fix(f"{change} ({pod.name})", f"{count} nodes would pass", 3)]
+    return []
+
+
+def _backfill_fix(o: Outlook, job: _Job) -> list[Fix]:
+    _, holds, until = o.session.holds
+    window = int(until - o.now)
+    if window <= 0:
+        return []
+    declared = [
+        replace(p, annotations={**p.annotations, EXPECTED_RUNTIME: str(window)}) for p in job.core
+    ]
+    if not may_backfill(declared, o.now, until):
+        return []
+    return [
+        Fix(
+            f"declare {EXPECTED_RUNTIME}: {window} or less",
+            "it may then use the held room now, as it ends before the head of the line starts",
+            1,
+        )
+    ]
+
+
+def _shape_fixes(o: Outlook, view: NodeView, job: _Job) -> list[Fix]:
+    core = job.core
+    if not core or job.bound or len({p.requests for p in core}) != 1:
+        return []
+    each = core[0].requests.gpu
+    if each < MILLI or each % MILLI:
+        return []
+    total = each * len(core)
+    for per in (MILLI * g for g in (8, 4, 2, 1)):  # the fewest, largest members first
+        if per == each or total % per:
+            continue
+        count = total // per
+        scale = per / each
+        asks = [
+            replace(
+                core[0],
+                uid=f"{core[0].uid}/whatif-{i}",
+                requests=core[0].requests._replace(
+                    gpu=per,
+                    cpu=int(core[0].requests.cpu * scale),
+                    memory=int(core[0].requests.memory * scale),
+                ),
+            )
+            for i in range(count)
+        ]
+        if allocate(view, asks, strategy=o.strategy).complete:
+            now, was = f"{count} × {per // MILLI} GPU", f"{len(core)} × {each // MILLI}"
+            return [
+                Fix(f"ask for {now} instead of {was}", f"{now} fits now where {was} does not", 2)
+            ]
+    return []
+
+
+def _priority_fix(o: Outlook, job: _Job, queue: str) -> list[Fix]:
+    snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
+    units = running_units(
+        snapshot,
+        gangs_of(snapshot),
+        lambda p: queue_name(p, o.config, o.scheduler_name),
+        now=o.now,
+        protection=o.protection,
+    )
+    mine = max(p.priority for p in job.core)
+    for priority in sorted({u.priority + 1 for u in units if u.priority >= mine})[:6]:
+        core = [replace(p, priority=priority) for p in job.core]
+        room = make_room(
+            snapshot,
+            job.key,
+            core,
+            units,
+            usage=o.usage,
+            queue=queue or o.config.default_queue,
+            config=o.config,
+            now=o.now,
+            strategy=o.strategy,
+        )
+        if room is not None:
+            names = ", ".join(sorted({u.key for u in room.victims}))
+            return [Fix(f"priority ≥ {priority}", f"it would evict {names} and start", 6)]
+    return []
+
+
+def _gpus_text(amount: np.ndarray) -> str:
+    return f"{format_milli('nvidia.com/gpu', int(amount[0]))} nvidia.com/gpu"
+
+
+def _spread(nodes: Any) -> str:
+    counts = Counter(nodes)
+    return ", ".join(f"{n} ({c})" if c > 1 else n for n, c in sorted(counts.items()))
