@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import debug, errors, extender, health, metrics, webhook
+from app.api import debug, errors, explain, extender, health, metrics, webhook
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -47,6 +47,6 @@ def create_app(
     app.state.muster = services
     app.state.metrics = metrics.Metrics()  # the HTTP layer's own, per app
     errors.install(app)
-    for module in (extender, webhook, debug, health, metrics):
+    for module in (extender, webhook, debug, explain, health, metrics):
         app.include_router(module.router)
     return app
