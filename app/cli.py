@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app import __version__
+from app import __version__, client
 from app.core.model.errors import MusterError
 from app.core.state.domains import DEFAULT_KEYS
 from app.core.verbs.prioritize import STRATEGIES
@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", metavar="FILE",
                    help="cluster access (default: in-cluster, else $KUBECONFIG)")  # fmt: skip
     p.set_defaults(func=probe_node)
+    client.add_commands(sub)
     return parser
 
 

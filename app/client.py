@@ -1,0 +1,98 @@
+"""``muster explain`` (and later ``muster whatif``): ask a running Muster and print the answer,
+as a short table for people or as the server's JSON (``-o json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+import httpx
+
+from app.core.model.errors import MusterError
+
+#: Where ``--server`` points by default (``make demo``, or a port-forward to the Service).
+DEFAULT_SERVER = "http://127.0.0.1:8888"
+
+
+def get_json(server: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
+    """``GET server+path`` as JSON; ``MusterError`` naming the server or the refusal."""
+    url = server.rstrip("/") + path
+    try:
+        response = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise MusterError(f"cannot reach Muster at {server}: {exc}") from exc
+    if response.status_code != 200:
+        raise MusterError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def explain_path(subject: str, gang: bool) -> str:
+    """``NAMESPACE/NAME`` (or a bare ``NAME`` in ``default``) as an ``/explain`` path."""
+    namespace, _, name = subject.rpartition("/")
+    namespace = namespace or "default"
+    if not name or "/" in namespace:
+        raise MusterError(f"expected NAMESPACE/NAME, got {subject!r}")
+    return f"/explain/{namespace}/gang/{name}" if gang else f"/explain/{namespace}/{name}"
+
+
+def render_explanation(body: dict[str, Any], out: TextIO) -> None:
+    """The short human table of an ``/explain`` answer."""
+    eta = body.get("eta_seconds")
+    rows = [
+        ("subject", body["subject"]),
+        ("state", body["state"]),
+        ("blocked by", f"{body['category']}: {body['summary']}"),
+        ("expected start", "unknown" if eta is None else f"in {eta:.0f}s"),
+    ]
+    gang = body.get("gang")
+    if gang:
+        rows.append(("members", f"{gang['seen']} seen, {gang['needed']} needed, "
+                                f"{gang['bound']} bound"))  # fmt: skip
+    position = body.get("position")
+    if position:
+        rows.append(("position", f"{position['index']} of {position['of']} in queue "
+                                 f"{position['queue']}"))  # fmt: skip
+    for level in body.get("queue", []):
+        usage = level.get("usage", {}).get("nvidia.com/gpu", "0")
+        limit = level.get("limit", {}).get("nvidia.com/gpu", "none")
+        rows.append((f"queue {level['name']}", f"{usage} GPU used, limit {limit}"))
+    gpus = body.get("gpus") or {}
+    largest = gpus.get("largestNode")
+    if largest:
+        rows.append(("GPUs", f"{gpus['free']} free; most whole free on one node: "
+                             f"{largest['wholeGpus']} ({largest['node']})"))  # fmt: skip
+    for item in body.get("nodes", [])[:5]:
+        rows.append(("nodes", f"{item['count']}: {item['reason']}"))
+    for i, fix in enumerate(body.get("fixes", [])):
+        rows.append(("fix" if i == 0 else "", f"{fix['change']}: {fix['effect']}"))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        out.write(f"{key:<{width}}  {value}\n")
+
+
+def explain(args: argparse.Namespace) -> int:
+    """``muster explain``: print why a pod or gang is pending."""
+    try:
+        body = get_json(args.server, explain_path(args.subject, args.gang))
+    except MusterError as exc:
+        sys.stderr.write(f"muster explain: {exc}\n")
+        return 2
+    if args.output == "json":
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+    else:
+        render_explanation(body, sys.stdout)
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``explain`` on the ``muster`` subcommand parser."""
+    e = sub.add_parser("explain", help="why a pod or gang is pending (asks a running Muster)")
+    e.add_argument("subject", metavar="NAMESPACE/NAME", help="a pod, or with --gang a gang")
+    e.add_argument("--gang", action="store_true", help="NAME is a gang (muster.io/pod-group)")
+    e.add_argument("--server", default=DEFAULT_SERVER,
+                   help=f"Muster's address (default {DEFAULT_SERVER})")  # fmt: skip
+    e.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    e.set_defaults(func=explain)

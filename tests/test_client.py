@@ -1,0 +1,44 @@
+"""``muster explain`` against a running server: the table, the JSON, and clear refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from app.main import create_app
+from tests.conftest import free_port, running
+from tests.factories import pod_json
+
+GANG = {"muster.io/pod-group": "llama", "muster.io/min-member": "2"}
+
+
+def test_explain_prints_a_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with running(create_app()) as client:
+        member = pod_json("llama-0", gpu=8, namespace="ml", labels=GANG)
+        client.post("/filter", content=json.dumps({"Pod": member, "NodeNames": ["h100-0"]}))
+        server = str(client.base_url)
+        assert main(["explain", "ml/llama-0", "--server", server]) == 0
+        table = capsys.readouterr().out
+        assert "blocked by      gang-incomplete: 1 of 2 members exist" in table
+        assert "members         1 seen, 2 needed, 0 bound" in table
+        assert "expected start  unknown" in table
+        assert main(["explain", "--gang", "ml/llama", "--server", server, "-o", "json"]) == 0
+        body = json.loads(capsys.readouterr().out)
+        assert (body["subject"], body["category"]) == ("gang ml/llama", "gang-incomplete")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["explain", "a/b/c"], "expected NAMESPACE/NAME, got 'a/b/c'"),
+        (["explain", "ml/x", "--server", "http://127.0.0.1:{port}"], "cannot reach Muster at"),
+    ],
+)
+def test_explain_refuses_clearly(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [a.format(port=free_port()) for a in argv]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
