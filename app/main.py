@@ -49,4 +49,5 @@ def create_app(
     errors.install(app)
     for module in (extender, webhook, debug, explain, health, metrics):
         app.include_router(module.router)
+    app.include_router(explain.whatif_router)
     return app

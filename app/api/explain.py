@@ -1,5 +1,5 @@
-"""``/explain``: why a pod or gang is pending, in one JSON answer (see
-``app.core.insight.explain``)."""
+"""``/explain``: why a pod or gang is pending; ``/whatif``: what Muster would do with a job
+not yet submitted (see ``app.core.insight``). Both change nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
+from app.api.errors import invalid, parse_body
 from app.core.insight.explain import Explanation, explain_gang, explain_pod
+from app.core.insight.whatif import proposal_from, what_if
+from app.core.model.errors import InvalidInput
 
 router = APIRouter(prefix="/explain", tags=["explain"])
 
@@ -21,6 +24,13 @@ Category = Literal[
     "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
     "priority", "constraints", "none",
 ]  # fmt: skip
+
+
+class ErrorOut(BaseModel):
+    """A refused request: what is wrong, and the field (empty when the body is not JSON)."""
+
+    error: str
+    field: str
 
 
 class FixOut(BaseModel):
@@ -76,3 +86,110 @@ def pod(request: Request, namespace: Name, pod: Name) -> ExplanationOut:
     """As for a gang; a pod on its own is explained as a job of one."""
     outlook = request.app.state.muster.extender.planner.look()
     return _answer(explain_pod(outlook, namespace, pod))
+
+
+class TopologyAsk(BaseModel):
+    """Keep the gang inside one domain of a topology level (``required``) or prefer it."""
+
+    model_config = {"extra": "forbid"}
+    required: str | None = None
+    preferred: str | None = None
+
+
+class WhatIfRequest(BaseModel):
+    """A pod template (with ``replicas``) or a whole workload, and optional overrides."""
+
+    model_config = {"extra": "forbid"}
+    namespace: str | None = Field(None, min_length=1, max_length=253)
+    name: str | None = Field(None, min_length=1, max_length=253)
+    pod: dict[str, Any] | None = Field(None, description="a pod template (metadata, spec)")
+    replicas: int = Field(1, ge=1, le=10_000, description="pods from ``pod``; >1 makes a gang")
+    workload: dict[str, Any] | None = Field(
+        None, description="a Job, JobSet, PyTorchJob, RayCluster or LeaderWorkerSet object"
+    )
+    queue: str | None = Field(None, min_length=1, max_length=253)
+    priority: int | None = None
+    topology: TopologyAsk | None = None
+    minMember: int | None = Field(None, ge=1)
+
+
+class Victim(BaseModel):
+    """Running work that would be evicted whole."""
+
+    unit: str
+    pods: list[str]
+    gpus: float
+    workLostSeconds: float
+
+
+class Member(BaseModel):
+    """Where one member would go."""
+
+    node: str
+    gpus: list[int]
+
+
+class WhatIfOut(BaseModel):
+    """What Muster would do with the job if it were submitted now (nothing changes)."""
+
+    subject: str
+    fits_now: bool = Field(description="it would be placed without evicting anything")
+    min_member: int
+    basis: str = Field(description="where min-member came from")
+    placement: dict[str, Member] = Field(description="member -> node and GPU devices")
+    victims: list[Victim] = Field(description="whole gangs evicted to make room, if any")
+    eta_seconds: float | None
+    explanation: ExplanationOut | None = Field(description="why it would wait, if it would")
+
+
+whatif_router = APIRouter(tags=["explain"])
+
+
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with every local ``$ref`` replaced by its definition (no ``$defs`` left)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inlined(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inlined(v, defs) for v in schema]
+    return schema
+
+
+def _request_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a body that the handler parses itself (``parse_body``)."""
+    schema = model.model_json_schema()
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _inlined(schema, schema.get("$defs", {}))}},
+        }
+    }
+
+
+@whatif_router.post(
+    "/whatif",
+    summary="What Muster would do with a job if it were submitted now (changes nothing)",
+    response_model=WhatIfOut,
+    openapi_extra=_request_doc(WhatIfRequest),
+    responses={
+        400: {"description": "the body is not JSON", "model": ErrorOut},
+        422: {"description": "a field is wrong (named in the answer)", "model": ErrorOut},
+    },
+)
+async def whatif(request: Request) -> WhatIfOut:
+    """Fits now, placement (member -> node, devices), victims, ETA, and the explanation."""
+    parsed = parse_body(WhatIfRequest, await request.body())
+    services = request.app.state.muster
+    planner = services.extender.planner
+    outlook = planner.look()
+    try:
+        proposal = proposal_from(
+            parsed.model_dump(exclude_none=True, exclude_defaults=False),
+            scheduler_name=services.settings.scheduler_name,
+            now=outlook.now,
+        )
+    except InvalidInput as exc:
+        raise invalid(exc) from None
+    return WhatIfOut.model_validate(what_if(outlook, proposal).as_dict())

@@ -48,3 +48,43 @@ def test_unknown_and_malformed_subjects() -> None:
         assert "namespace" in bad.text
         spec = client.get("/openapi.json").json()
         assert "/explain/{namespace}/gang/{name}" in spec["paths"]
+
+
+def _template(gpu: int) -> dict[str, object]:
+    requests = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": str(gpu)}
+    return {"spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]}}
+
+
+def test_whatif_answers_and_changes_nothing() -> None:
+    with running(create_app()) as client:
+        job = {"name": "sweep", "namespace": "ml", "pod": _template(8), "replicas": 4}
+        answer = client.post("/whatif", json=job)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert (body["subject"], body["fits_now"], body["min_member"]) == ("gang ml/sweep", True, 4)
+        assert sorted(m["node"] for m in body["placement"].values()) == [
+            "h100-0", "h100-1", "h100-2", "h100-3"
+        ]  # fmt: skip
+        assert all(m["gpus"] == list(range(8)) for m in body["placement"].values())
+        assert client.get("/debug/pods").json()["pods"] == []  # nothing was submitted
+
+        too_big = client.post("/whatif", json={**job, "replicas": 6}).json()
+        assert too_big["fits_now"] is False and too_big["victims"] == []
+        assert too_big["explanation"]["category"] == "capacity"
+
+
+def test_whatif_refuses_bad_bodies_naming_the_field() -> None:
+    with running(create_app()) as client:
+        for body, status, field in [
+            (b"not json", 400, ""),
+            (b'{"pod": {}, "replicas": 0}', 422, "replicas"),
+            (b'{"pod": {"spec": {"containers": 3}}}', 422, "pod.spec.containers"),
+            (b'{"workload": {"apiVersion": "v1", "kind": "Pod"}}', 422, "workload.kind"),
+            (b'{"pod": {}, "workload": {}}', 422, "pod"),
+        ]:
+            answer = client.post("/whatif", content=body)
+            assert answer.status_code == status, (body, answer.text)
+            assert answer.json()["field"] == field, (body, answer.text)
+        spec = client.get("/openapi.json").json()
+        schema = spec["paths"]["/whatif"]["post"]["requestBody"]["content"]["application/json"]
+        assert "$ref" not in str(schema) and "replicas" in schema["schema"]["properties"]

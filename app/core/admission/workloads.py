@@ -292,3 +292,95 @@ def gang_of(ref: WorkloadRef, obj: Mapping[str, Any], labels: Mapping[str, str])
     if gang.min_member < 1:
         raise InvalidInput("spec", f"the workload runs no pods now ({gang.basis})")
     return gang
+
+
+# -- the pods a workload creates (what-if) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberTemplate:
+    """``count`` pods made from ``template`` (a pod template's API JSON) in role ``role``."""
+
+    role: str
+    count: int
+    template: Mapping[str, Any]
+
+
+def kind_of(obj: Mapping[str, Any]) -> WorkloadKind:
+    """The workload kind of an object's ``apiVersion`` and ``kind``; ``InvalidInput`` naming
+    the kinds Muster knows otherwise."""
+    kind, group = _str(obj.get("kind")), _api_group(_str(obj.get("apiVersion")))
+    for known in KINDS:
+        if known.kind == kind and known.group == group:
+            return known
+    names = ", ".join(f"{k.api_version} {k.kind}" for k in KINDS)
+    raise InvalidInput("kind", f"{obj.get('apiVersion')} {kind or '?'} is not one of {names}")
+
+
+def member_templates(kind: WorkloadKind, obj: Mapping[str, Any]) -> list[MemberTemplate]:
+    """The pods ``obj`` creates when it starts, per role (a staged JobSet: its first step;
+    a LeaderWorkerSet: one group). ``InvalidInput`` names the field that cannot say."""
+    spec = json_object(obj.get("spec"), "spec")
+    out: list[MemberTemplate] = []
+    if kind == JOB:
+        out.append(MemberTemplate("", _pods_per_job(spec, "spec"), _template(spec, "spec")))
+    elif kind == JOBSET:
+        items = json_list(spec.get("replicatedJobs"), "spec.replicatedJobs")
+        staged = _staged(spec, items)
+        for i, item in enumerate(items):
+            field = f"spec.replicatedJobs[{i}]"
+            item = json_object(item, field)
+            replicas = _count(item.get("replicas"), f"{field}.replicas", 1) or 0
+            job = json_object(json_object(item.get("template"), f"{field}.template").get("spec"),
+                              f"{field}.template.spec")  # fmt: skip
+            count = replicas * _pods_per_job(job, f"{field}.template.spec")
+            out.append(MemberTemplate(_str(item.get("name")) or str(i), count,
+                                      _template(job, f"{field}.template.spec")))  # fmt: skip
+            if staged:
+                break  # later steps start only once this one runs: a gang of their own
+    elif kind == PYTORCHJOB:
+        roles = json_object(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
+        for role, replica in roles.items():
+            field = f"spec.pytorchReplicaSpecs.{role}"
+            replica = json_object(replica, field)
+            count = _count(replica.get("replicas"), f"{field}.replicas", 1) or 0
+            out.append(MemberTemplate(role.lower(), count, _template(replica, field)))
+    elif kind == RAYCLUSTER:
+        head = json_object(spec.get("headGroupSpec"), "spec.headGroupSpec")
+        out.append(MemberTemplate("head", 1, _template(head, "spec.headGroupSpec")))
+        for i, group in enumerate(json_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
+            field = f"spec.workerGroupSpecs[{i}]"
+            group = json_object(group, field)
+            if group.get("suspend") is True or group.get("suspended") is True:
+                continue
+            replicas = _count(group.get("replicas"), f"{field}.replicas", 0) or 0
+            minimum = _count(group.get("minReplicas"), f"{field}.minReplicas", 0) or 0
+            hosts = _count(group.get("numOfHosts"), f"{field}.numOfHosts", 1) or 1
+            role = _str(group.get("groupName")) or f"worker{i}"
+            out.append(MemberTemplate(role, (minimum or replicas) * hosts,
+                                      _template(group, field)))  # fmt: skip
+    elif kind == LEADERWORKERSET:
+        field = "spec.leaderWorkerTemplate"
+        template = json_object(spec.get(field.split(".")[1]), field)
+        size = _count(template.get("size"), f"{field}.size", 1) or 1
+        workers = json_object(template.get("workerTemplate"), f"{field}.workerTemplate")
+        leader = template.get("leaderTemplate")
+        out.append(MemberTemplate("leader", 1, leader if isinstance(leader, Mapping) else workers))
+        out.append(MemberTemplate("worker", size - 1, workers))
+    out = [t for t in out if t.count > 0]
+    if not out:
+        raise InvalidInput("spec", f"the {kind.kind} runs no pods")
+    return out
+
+
+def _template(holder: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    template = json_object(holder.get("template"), f"{field}.template")
+    json_object(template.get("spec"), f"{field}.template.spec")
+    return template
+
+
+def _staged(spec: Mapping[str, Any], items: Sequence[Any]) -> bool:
+    order = json_object(spec.get("startupPolicy"), "spec.startupPolicy").get("startupPolicyOrder")
+    return order == "InOrder" or any(
+        isinstance(item, Mapping) and item.get("dependsOn") for item in items
+    )

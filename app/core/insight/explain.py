@@ -105,8 +105,9 @@ class Explanation:
 
 
 @dataclass(frozen=True, slots=True)
-class _Job:
-    """What is explained: a gang, or a pod on its own (a gang of one without a plan)."""
+class Job:
+    """What is explained: a gang (known, or one a what-if would submit), or a pod on its own
+    (a gang of one without a plan)."""
 
     key: str
     subject: str
@@ -148,12 +149,12 @@ def explain_pod(outlook: Outlook, namespace: str, name: str) -> Explanation:
     if spec is not None and spec.key in outlook.gangs:
         return _explain(outlook, _gang_job(outlook.gangs[spec.key], subject))
     bound = snapshot.holds_node(pod)
-    job = _Job(pod.key, subject, (pod,), 1, (pod,) if bound else (), () if bound else (pod,), None)
+    job = Job(pod.key, subject, (pod,), 1, (pod,) if bound else (), () if bound else (pod,), None)
     return _explain(outlook, job)
 
 
-def _gang_job(gang: Gang, subject: str) -> _Job:
-    return _Job(
+def _gang_job(gang: Gang, subject: str) -> Job:
+    return Job(
         gang.key,
         subject,
         tuple(gang.members),
@@ -167,7 +168,17 @@ def _gang_job(gang: Gang, subject: str) -> _Job:
 # -- the story -----------------------------------------------------------------------------
 
 
-def _explain(o: Outlook, job: _Job) -> Explanation:
+def explain_job(o: Outlook, job: Job) -> Explanation:
+    """Explain ``job`` on ``o`` (a gang need not be known yet: what-if asks about new ones)."""
+    return _explain(o, job)
+
+
+def gang_job(gang: Gang, subject: str) -> Job:
+    """``gang`` as a ``Job`` to explain."""
+    return _gang_job(gang, subject)
+
+
+def _explain(o: Outlook, job: Job) -> Explanation:
     queue = _queue_of(o, job)
     out = Explanation(job.subject, _state(o, job))
     out.queue = _queue_path(o, queue) if queue else []
@@ -178,7 +189,7 @@ def _explain(o: Outlook, job: _Job) -> Explanation:
             "needed": job.min_member,
             "bound": len(job.bound),
         }
-    view = _view_for(o, job)
+    view = view_for(o, job)
     out.gpus = _gpus(o, o.session.backfill_view())
     probe = job.pending[0] if job.pending else job.members[0]
     out.nodes = _node_reasons(view, probe)
@@ -193,7 +204,7 @@ def _explain(o: Outlook, job: _Job) -> Explanation:
     return out
 
 
-def _state(o: Outlook, job: _Job) -> str:
+def _state(o: Outlook, job: Job) -> str:
     if job.gang is None:
         pod = job.members[0]
         if pod.node_name:
@@ -202,7 +213,7 @@ def _state(o: Outlook, job: _Job) -> str:
     return gang_state(job.gang, o.plans.get(job.key))
 
 
-def _busy_summary(o: Outlook, job: _Job, state: str) -> str:
+def _busy_summary(o: Outlook, job: Job, state: str) -> str:
     plan = o.plans.get(job.key)
     placement = o.session.snapshot.placement
     if state == "planned" and plan is not None:
@@ -220,7 +231,7 @@ def _busy_summary(o: Outlook, job: _Job, state: str) -> str:
     return f"running on {_spread(n for n in nodes if n)}"
 
 
-def _blocker(o: Outlook, job: _Job, queue: str, view: NodeView, out: Explanation) -> None:
+def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation) -> None:
     """Set ``out.category`` and ``out.summary`` to the first blocker of a waiting job."""
     if job.gang is not None and len(job.members) < job.min_member:
         missing = job.min_member - len(job.members)
@@ -247,19 +258,19 @@ def _blocker(o: Outlook, job: _Job, queue: str, view: NodeView, out: Explanation
     if problem:
         out.category, out.summary = "constraints", problem
         return
-    placed = _place(o, view, job, ask)
+    placed = place_job(o, view, job, ask)
     if placed.complete:
         out.category = "none"
         out.summary = "it fits now; the planner places it in its next cycle"
         return
     required = placed.reason and ask is not None and ask.required
-    if required and _place(o, view, job, None).complete:
+    if required and place_job(o, view, job, None).complete:
         out.category, out.summary = "topology", placed.reason
         return
     owner, holds, until = o.session.holds
     backfill = o.session.backfill_view()
     held = holds and owner != job.key and view is not backfill
-    if held and _place(o, backfill, job, ask).complete:
+    if held and place_job(o, backfill, job, ask).complete:
         due = max(until - o.now, 0.0)
         out.category = "reservation"
         out.summary = (
@@ -270,7 +281,7 @@ def _blocker(o: Outlook, job: _Job, queue: str, view: NodeView, out: Explanation
     ahead = _planned_elsewhere(o, job)
     if ahead:
         freed = without(o.session.snapshot, ahead, view)
-        if _place(o, freed, job, ask).complete:
+        if place_job(o, freed, job, ask).complete:
             gangs = sorted({o.session.snapshot.gang_members.get(p.uid, p.key) for p in ahead})
             out.category = "priority"
             out.summary = (
@@ -309,7 +320,7 @@ def _fragmentation(view: NodeView, core: Sequence[Pod], free: np.ndarray) -> str
 # -- parts of the answer -----------------------------------------------------------------
 
 
-def _queue_of(o: Outlook, job: _Job) -> str:
+def _queue_of(o: Outlook, job: Job) -> str:
     names = {queue_name(p, o.config, o.scheduler_name) for p in job.members} - {None}
     if job.gang is not None and not names:
         return o.config.default_queue
@@ -344,8 +355,8 @@ def _queue_path(o: Outlook, queue: str) -> list[dict[str, Any]]:
     return out
 
 
-def _view_for(o: Outlook, job: _Job) -> NodeView:
-    """The view the planner would place it on (held room only for its owner or backfill)."""
+def view_for(o: Outlook, job: Job) -> NodeView:
+    """The view the planner would place ``job`` on (held room only for its owner or backfill)."""
     owner, holds, until = o.session.holds
     if holds and (owner == job.key or may_backfill(job.core or job.pending, o.now, until)):
         return o.session.backfill_view()
@@ -405,7 +416,7 @@ def _top_reason(view: NodeView, pod: Pod) -> str:
     return f"{reason} ({count} of {len(view.nodes)} nodes)"
 
 
-def _position(o: Outlook, job: _Job, queue: str) -> dict[str, Any] | None:
+def _position(o: Outlook, job: Job, queue: str) -> dict[str, Any] | None:
     if job.gang is None or not queue:
         return None
     line = sorted(
@@ -422,14 +433,15 @@ def _position(o: Outlook, job: _Job, queue: str) -> dict[str, Any] | None:
     return {"queue": queue, "index": keys.index(job.key) + 1, "of": len(keys)}
 
 
-def _place(o: Outlook, view: NodeView, job: _Job, ask: Ask | None) -> TopologyAllocation:
+def place_job(o: Outlook, view: NodeView, job: Job, ask: Ask | None) -> TopologyAllocation:
+    """Place ``job``'s core on ``view`` as the planner does (``ask``: its topology ask)."""
     placement = o.session.snapshot.placement
     pinned = sorted({placement.get(p.uid) or p.node_name for p in job.bound} - {""})
     tree = tree_for(view.table, o.topology_keys)
     return allocate_topology(view, job.core, tree=tree, ask=ask, strategy=o.strategy, pinned=pinned)
 
 
-def _planned_elsewhere(o: Outlook, job: _Job) -> list[Pod]:
+def _planned_elsewhere(o: Outlook, job: Job) -> list[Pod]:
     """Pods whose room plans of other gangs hold (not yet binding)."""
     snapshot = o.session.snapshot
     return [
@@ -441,7 +453,7 @@ def _planned_elsewhere(o: Outlook, job: _Job) -> list[Pod]:
     ]
 
 
-def _eta(o: Outlook, job: _Job, category: str) -> float | None:
+def _eta(o: Outlook, job: Job, category: str) -> float | None:
     if category == "none":
         return 0.0
     if category in ("gang-incomplete", "constraints", "quota"):
@@ -464,7 +476,7 @@ def _eta(o: Outlook, job: _Job, category: str) -> float | None:
 # -- fixes ----------------------------------------------------------------------------------
 
 
-def _fixes(o: Outlook, job: _Job, queue: str, view: NodeView, category: str) -> list[Fix]:
+def _fixes(o: Outlook, job: Job, queue: str, view: NodeView, category: str) -> list[Fix]:
     fixes: list[Fix] = []
     core = job.core
     if category == "gang-incomplete" and job.gang is not None:
@@ -494,7 +506,7 @@ def _fixes(o: Outlook, job: _Job, queue: str, view: NodeView, category: str) -> 
     return fixes
 
 
-def _order_fix(o: Outlook, job: _Job, queue: str) -> list[Fix]:
+def _order_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     """Gangs ahead in its own queue are ordered by priority first: above theirs, it goes first
     (the category check showed it fits once their plans are gone)."""
     snapshot = o.session.snapshot
@@ -507,12 +519,12 @@ def _order_fix(o: Outlook, job: _Job, queue: str) -> list[Fix]:
     return [Fix(f"priority ≥ {above}", f"it would be planned before {names}", 6)]
 
 
-def _fewer_members(o: Outlook, view: NodeView, job: _Job) -> list[Fix]:
+def _fewer_members(o: Outlook, view: NodeView, job: Job) -> list[Fix]:
     have = len(job.members)
     if not have:
         return []
     trial = replace(job, min_member=have)
-    if not _place(o, view, trial, None).complete:
+    if not place_job(o, view, trial, None).complete:
         return []
     return [Fix(f"set muster.io/min-member to {have}", f"the {have} members that exist fit now", 2)]
 
@@ -573,7 +585,7 @@ def _constraint_fixes(view: NodeView, core: Sequence[Pod]) -> list[Fix]:
     return []
 
 
-def _backfill_fix(o: Outlook, job: _Job) -> list[Fix]:
+def _backfill_fix(o: Outlook, job: Job) -> list[Fix]:
     _, holds, until = o.session.holds
     window = int(until - o.now)
     if window <= 0:
@@ -592,7 +604,7 @@ def _backfill_fix(o: Outlook, job: _Job) -> list[Fix]:
     ]
 
 
-def _shape_fixes(o: Outlook, view: NodeView, job: _Job) -> list[Fix]:
+def _shape_fixes(o: Outlook, view: NodeView, job: Job) -> list[Fix]:
     core = job.core
     if not core or job.bound or len({p.requests for p in core}) != 1:
         return []
@@ -625,7 +637,7 @@ def _shape_fixes(o: Outlook, view: NodeView, job: _Job) -> list[Fix]:
     return []
 
 
-def _priority_fix(o: Outlook, job: _Job, queue: str) -> list[Fix]:
+def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
     units = running_units(
         snapshot,
