@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
+from app.core.insight.explain import Headlines
 from app.core.policies.fgd import default_policy
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
@@ -89,7 +90,10 @@ def build_graph(
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock)
-    extender = Extender(cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu)
+    headlines = Headlines(planner.look, lambda: planner.cycles)
+    extender = Extender(
+        cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
+    )
     loop = PlannerLoop(planner, gateway, poll=settings.planner_poll_seconds, queues=queues)
     return Graph(
         settings, cache, gateway, queues, planner, gpu, binder, gang_binder, extender, loop

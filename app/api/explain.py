@@ -60,6 +60,7 @@ class ExplanationOut(BaseModel):
         description="expected start from declared or default runtimes; null if unknown"
     )
     fixes: list[FixOut] = Field(description="cheapest first")
+    planner: str = Field(description="what the planner last said about the gang, if anything")
 
 
 def _answer(explanation: Explanation) -> ExplanationOut:

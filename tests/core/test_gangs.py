@@ -40,7 +40,8 @@ def test_seed_case_two_interleaved_gangs_one_node() -> None:
         assert [cluster.bound(p) for p in b] == [""] * 4
         reasons = {t.reason for t in attempts if t.pod in b}
         assert reasons == {
-            "gang default/b: 0 of 4 members placeable; needs 1 more node with 4 free nvidia.com/gpu"
+            "priority: the room it needs is planned for gangs ahead of it in line: default/a "
+            "(gang default/b)"
         }
         # a finishes: b runs whole
         for p in a:
@@ -78,7 +79,10 @@ def test_members_wait_until_min_member_exist() -> None:
     first = member("g", 0, minimum=3)
     cluster.cache.upsert_pod(first)
     result = cluster.extender.filter(first, cluster.names)
-    assert result.unresolvable == {"n": "gang default/g: waiting for members: 1 of 3 exist"}
+    assert result.unresolvable == {
+        "n": "gang-incomplete: 1 of 3 members exist; it starts once 2 more are created "
+        "(gang default/g)"
+    }
 
 
 def test_disagreeing_members_are_reported_not_guessed() -> None:
@@ -86,7 +90,9 @@ def test_disagreeing_members_are_reported_not_guessed() -> None:
     pods = [member("g", 0, minimum=2), member("g", 1, minimum=3)]
     cluster.cache.upsert_pods(pods)
     result = cluster.extender.filter(pods[0], cluster.names)
-    assert result.unresolvable["n"] == "gang default/g: members disagree on min-member (2, 3)"
+    assert result.unresolvable["n"] == (
+        "constraints: members disagree on min-member (2, 3) (gang default/g)"
+    )
 
 
 def test_barrier_binds_all_together() -> None:

@@ -258,10 +258,12 @@ def test_required_block_waits_then_runs_once_a_block_frees() -> None:
     result = cluster.extender.filter(members[0], cluster.names)
     assert result.feasible == []
     (reason,) = set(result.unresolvable.values())
-    assert reason.startswith(
-        "gang ml/llama: no single block has room for 16 nvidia.com/gpu (largest free: 8); "
-        "reserved a1, a2, expected to start in "
+    assert reason == (
+        "topology: no single block has room for 16 nvidia.com/gpu (largest free: 8) (gang ml/llama)"
     )
+    # The planner's own words, with the room held for it, are in /explain's "planner".
+    held = cluster.extender.planner.look().reasons["ml/llama"]
+    assert "; reserved a1, a2, expected to start in " in held
     for name in ("a1", "a2"):
         cluster.cache.delete_pod(next(p.uid for p in cluster.cache.snapshot().pods.values()
                                       if p.name == f"busy-{name}"))  # fmt: skip

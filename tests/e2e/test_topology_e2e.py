@@ -47,8 +47,9 @@ def test_gangs_stay_inside_one_block_or_wait_for_one(cluster: Any) -> None:
         for i in range(2):
             core.create_namespaced_pod(ns, member("strict", i, ns, required))
         message = wait_for_failure(
-            core, ns, "gang topo/strict: no single", "the strict gang's reason"
+            core, ns, "topology: no single block", "the strict gang's reason"
         )
+        assert "(gang topo/strict)" in message, message
         assert "no single block has room" in message, message
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:

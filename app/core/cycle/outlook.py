@@ -26,6 +26,8 @@ class Outlook:
     gangs: Mapping[str, Gang]
     plans: Mapping[str, Plan]
     reasons: Mapping[str, str]
+    #: gang -> explain category the planner recorded with its reason (see ``Planner``)
+    hints: Mapping[str, str]
     head: Reservation | None
     config: QueueConfig
     usage: QueueUsage

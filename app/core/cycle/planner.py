@@ -90,6 +90,9 @@ class Planner:
         self._lock = threading.RLock()
         self._plans: dict[str, Plan] = {}
         self._reasons: dict[str, str] = {}
+        #: gang -> the explain category of its reason, where the planner knows it better than
+        #: a fresh look would (kube-scheduler's own filters refused its planned node)
+        self._hints: dict[str, str] = {}
         self._last_generation = -1
         self.cycles = 0
         # Memos that keep a cycle's cost proportional to what changed (see ``memos``).
@@ -173,7 +176,7 @@ class Planner:
         """The planner's state now, on a session that is never committed (explain, what-if)."""
         with self._lock:
             session = Session(self._cache, self._plans)
-            gangs = gangs_of(session.snapshot)
+            gangs = gangs_of(session.snapshot, self._gang_memo)
             config = self._queues.config
             usage = measure(
                 session.queue_usage(),
@@ -186,6 +189,7 @@ class Planner:
                 gangs=gangs,
                 plans={k: p.copy() for k, p in self._plans.items()},
                 reasons=dict(self._reasons),
+                hints=dict(self._hints),
                 head=self._head,
                 config=config,
                 usage=usage,
@@ -240,6 +244,7 @@ class Planner:
                 session.discard()
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
             self._release(spec.key, why)
+            self._hints[spec.key] = "constraints"
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
     def release(self, gang: str, reason: str) -> None:
@@ -430,6 +435,7 @@ class Planner:
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]
+                self._hints.pop(key, None)
 
     def _plan_core(
         self,
@@ -497,6 +503,7 @@ class Planner:
         plan.devices.update(allocation.devices)
         session.plans[gang.key] = plan
         self._reasons.pop(gang.key, None)
+        self._hints.pop(gang.key, None)
         return True, None
 
     def _preempt(

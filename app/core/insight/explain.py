@@ -18,8 +18,9 @@ The blockers are checked in the order the planner meets them, and the first that
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -81,6 +82,8 @@ class Explanation:
     position: dict[str, Any] | None = None
     eta_seconds: float | None = None
     fixes: list[Fix] = field(default_factory=list)
+    #: What the planner last said about the gang (its own words), if anything.
+    planner: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON body."""
@@ -96,6 +99,7 @@ class Explanation:
             "position": self.position,
             "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
             "fixes": [{"change": f.change, "effect": f.effect} for f in self.fixes],
+            "planner": self.planner,
         }
 
     @property
@@ -123,13 +127,15 @@ class Job:
         return list(self.pending[: max(self.min_member - len(self.bound), 0)])
 
 
-def explain_gang(outlook: Outlook, namespace: str, name: str) -> Explanation:
-    """Explain gang ``namespace/name``."""
+def explain_gang(
+    outlook: Outlook, namespace: str, name: str, *, brief: bool = False
+) -> Explanation:
+    """Explain gang ``namespace/name`` (``brief``: state, category and summary only)."""
     key = f"{namespace}/{name}"
     gang = outlook.gangs.get(key)
     if gang is None:
         return Explanation(f"gang {key}", "unknown", summary=f"Muster knows no pod of gang {key}")
-    return _explain(outlook, _gang_job(gang, f"gang {key}"))
+    return _explain(outlook, _gang_job(gang, f"gang {key}"), brief=brief)
 
 
 def explain_pod(outlook: Outlook, namespace: str, name: str) -> Explanation:
@@ -178,9 +184,15 @@ def gang_job(gang: Gang, subject: str) -> Job:
     return _gang_job(gang, subject)
 
 
-def _explain(o: Outlook, job: Job) -> Explanation:
+def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     queue = _queue_of(o, job)
     out = Explanation(job.subject, _state(o, job))
+    if brief:
+        if out.state == "waiting":
+            _blocker(o, job, queue, view_for(o, job), out)
+        else:
+            out.summary = _busy_summary(o, job, out.state)
+        return out
     out.queue = _queue_path(o, queue) if queue else []
     if job.gang is not None:
         out.gang = {
@@ -194,6 +206,7 @@ def _explain(o: Outlook, job: Job) -> Explanation:
     probe = job.pending[0] if job.pending else job.members[0]
     out.nodes = _node_reasons(view, probe)
     out.position = _position(o, job, queue)
+    out.planner = o.reasons.get(job.key, "") if job.gang is not None else ""
     if out.state != "waiting":
         out.summary = _busy_summary(o, job, out.state)
         out.eta_seconds = 0.0
@@ -223,7 +236,7 @@ def _busy_summary(o: Outlook, job: Job, state: str) -> str:
             if (p := o.session.snapshot.pods.get(u)) is not None and not p.terminal
         ]
         if left:
-            return f"waiting for {len(left)} evicted pods to leave before it binds"
+            return o.reasons.get(job.key) or f"waiting for {len(left)} evicted pods to leave"
         return f"planned on {_spread(plan.members.values())}; kube-scheduler binds it next"
     if state == "binding":
         return "its members are being bound together now"
@@ -243,6 +256,10 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
         return
     if job.gang is not None and job.gang.problem:
         out.category, out.summary = "constraints", job.gang.problem
+        return
+    hint = o.hints.get(job.key)
+    if hint and job.key in o.reasons:
+        out.category, out.summary = hint, o.reasons[job.key]
         return
     core = job.core
     status = admit(o.usage, queue, demand_of(core)) if queue else None
@@ -673,3 +690,40 @@ def _gpus_text(amount: np.ndarray) -> str:
 def _spread(nodes: Any) -> str:
     counts = Counter(nodes)
     return ", ".join(f"{n} ({c})" if c > 1 else n for n, c in sorted(counts.items()))
+
+
+class Headlines:
+    """``category: summary (gang KEY)`` for waiting gang members, as filter tells
+    kube-scheduler (so its FailedScheduling events and PodScheduled conditions tell the same
+    story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle."""
+
+    def __init__(self, look: Callable[[], Outlook], cycles: Callable[[], int]) -> None:
+        self._look = look
+        self._cycles = cycles
+        self._lock = threading.Lock()
+        self._memo: dict[str, tuple[int, str]] = {}
+        self._outlook: tuple[int, Outlook] | None = None
+
+    def __call__(self, pod: Pod) -> str | None:
+        """The headline for ``pod``'s gang (None: not in a gang Muster knows)."""
+        spec = gang_spec(pod)
+        if spec is None:
+            return None
+        cycle = self._cycles()
+        with self._lock:
+            hit = self._memo.get(spec.key)
+            if hit is not None and hit[0] == cycle:
+                return hit[1]
+        with self._lock:
+            if self._outlook is None or self._outlook[0] != cycle:
+                self._outlook = (cycle, self._look())
+            outlook = self._outlook[1]
+        answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
+        if answer.state == "unknown":
+            return None
+        text = f"{answer.headline} (gang {spec.key})"
+        with self._lock:
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[spec.key] = (cycle, text)
+        return text

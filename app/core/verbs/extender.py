@@ -13,7 +13,7 @@ preempt vetoes every candidate for a gang member, and never offers part of a gan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -48,6 +48,7 @@ class Extender:
         *,
         strategy: str = "binpack",
         gpu: GpuPlacement | None = None,
+        headline: Callable[[Pod], str | None] | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
@@ -56,6 +57,8 @@ class Extender:
         self.planner = planner
         self.gpu = gpu
         self.binder = binder
+        #: ``category: summary`` of a waiting gang member (``app.core.insight``), if wired.
+        self._headline = headline
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
@@ -85,7 +88,8 @@ class Extender:
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
         if not verdict.node:
-            return FilterResult(unresolvable=dict.fromkeys(names, verdict.reason))
+            why = (self._headline(pod) if self._headline else None) or verdict.reason
+            return FilterResult(unresolvable=dict.fromkeys(names, why))
         elsewhere = f"gang {verdict.gang}: this member is planned on {verdict.node}"
         return FilterResult(
             feasible=[verdict.node],
