@@ -39,7 +39,7 @@ from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import TOPOLOGY_REQUIRED
 from app.core.model.quantity import format_milli
 from app.core.model.queues import UNLIMITED, Queue
-from app.core.model.runtime import EXPECTED_RUNTIME
+from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.proportion import admit, borrowable
 from app.core.policies.registry import check_reasons, eligible
@@ -477,7 +477,8 @@ def _eta(o: Outlook, job: Job, category: str) -> float | None:
         return None
     if o.head is not None and o.head.gang == job.key:
         return max(o.head.start - o.now, 0.0)
-    snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
+    # Room held for another gang stays taken: it only frees once that gang has run.
+    snapshot = replace(o.session.snapshot, view=view_for(o, job))
     found = reserve_for(
         snapshot,
         job.key,
@@ -487,7 +488,15 @@ def _eta(o: Outlook, job: Job, category: str) -> float | None:
         strategy=o.strategy,
         planned_start_now=True,
     )
-    return None if found is None else max(found.start - o.now, 0.0)
+    if found is not None:
+        return max(found.start - o.now, 0.0)
+    owner, holds, until = o.session.holds
+    head = o.gangs.get(owner)
+    if holds and head is not None and owner != job.key:
+        # Only the held room could take it: free once the head of the line has run there.
+        runtime = max(declared_runtime(p) or o.default_runtime for p in head.members)
+        return max(until - o.now, 0.0) + runtime
+    return None
 
 
 # -- fixes ----------------------------------------------------------------------------------
