@@ -252,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(args, "log_level", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Each request the client commands make would otherwise print a log line among the answer.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     code: int = args.func(args)  # every subcommand's function returns the exit status
     return code
 

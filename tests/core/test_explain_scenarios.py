@@ -127,3 +127,23 @@ def test_the_answer_carries_queue_gang_gpus_position_and_eta() -> None:
     assert head.eta_seconds == pytest.approx(3000.0)
     reasons = {r["reason"]: r["count"] for r in got["nodes"]}
     assert sum(reasons.values()) == 3
+
+
+@pytest.mark.parametrize(
+    ("nodes", "busy", "eta"),
+    [
+        # Each block holds 8 GPUs: a gang that needs 16 in one block never starts.
+        ((Box("n0", block="b0"), Box("n1", block="b1")), "", None),
+        # Block b0 holds 16 but n0 runs for another hour: it starts once that ends.
+        ((Box("n0", block="b0"), Box("n1", block="b0"), Box("n2", block="b1")), "n0", 3600.0),
+    ],
+    ids=["no block is big enough", "the one big block frees later"],
+)
+def test_a_required_domain_bounds_the_eta(
+    nodes: tuple[Box, ...], busy: str, eta: float | None
+) -> None:
+    jobs = [Job("busy", 1, 8, on=busy, age=0, runtime="1h")] if busy else []
+    scenario = world(nodes, *jobs, Job("g", 2, 8, required="block"))
+    got = explain_gang(planner_for(scenario).look(), NAMESPACE, "g")
+    assert got.state == "waiting"
+    assert got.eta_seconds == (None if eta is None else pytest.approx(eta))

@@ -31,6 +31,7 @@ from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_top
 from app.core.actions.backfill import may_backfill, reserve_for
 from app.core.actions.victims import running_units
 from app.core.cycle.describe import gang_state
+from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
 from app.core.cycle.memos import gangs_of
 from app.core.cycle.outlook import Outlook
@@ -478,15 +479,33 @@ def _eta(o: Outlook, job: Job, category: str) -> float | None:
     if o.head is not None and o.head.gang == job.key:
         return max(o.head.start - o.now, 0.0)
     # Room held for another gang stays taken: it only frees once that gang has run.
-    snapshot = replace(o.session.snapshot, view=view_for(o, job))
-    found = reserve_for(
-        snapshot,
-        job.key,
-        job.core,
-        now=o.now,
-        default_runtime=o.default_runtime,
-        strategy=o.strategy,
-        planned_start_now=True,
+    view = view_for(o, job)
+    snapshot = replace(o.session.snapshot, view=view)
+    # A required domain bounds where the room may free; no domain big enough: never.
+    domains = None if job.gang is None else domains_for(job.gang, view, o.topology_keys)
+    if domains == []:
+        return None
+    masks: list[np.ndarray | None] = list(domains) if domains is not None else [None]
+    found = min(
+        (
+            r
+            for mask in masks
+            if (
+                r := reserve_for(
+                    snapshot,
+                    job.key,
+                    job.core,
+                    now=o.now,
+                    default_runtime=o.default_runtime,
+                    strategy=o.strategy,
+                    within=mask,
+                    planned_start_now=True,
+                )
+            )
+            is not None
+        ),
+        key=lambda r: r.start,
+        default=None,
     )
     if found is not None:
         return max(found.start - o.now, 0.0)
