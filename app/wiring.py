@@ -94,7 +94,13 @@ def build_graph(
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
     )
-    loop = PlannerLoop(planner, gateway, poll=settings.planner_poll_seconds, queues=queues)
+    loop = PlannerLoop(
+        planner,
+        gateway,
+        poll=settings.planner_poll_seconds,
+        queues=queues,
+        news=headlines.news,
+    )
     return Graph(
         settings, cache, gateway, queues, planner, gpu, binder, gang_binder, extender, loop
     )

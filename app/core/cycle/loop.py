@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
@@ -20,6 +21,8 @@ from app.core.state.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
 PLANNED_ANNOTATION = "muster.io/planned"
+#: The Event reason for a waiting gang member's story (``category: summary (gang KEY)``).
+WAITING_REASON = "GangWaiting"
 
 
 class PlannerLoop:
@@ -35,8 +38,10 @@ class PlannerLoop:
         poll: float = 0.05,
         interval: float = 1.0,
         queues: QueueFile | None = None,
+        news: Callable[[], list[tuple[Pod, str]]] | None = None,
     ) -> None:
         self._planner = planner
+        self._news = news
         self._queues = queues
         self._gateway = gateway
         self._poll = poll
@@ -62,6 +67,7 @@ class PlannerLoop:
         self._planner.cycle(force=force)
         self.evict()
         self.nudge()
+        self.tell()
 
     def evict(self) -> None:
         """Carry out the planner's evictions, whole units only.
@@ -126,6 +132,19 @@ class PlannerLoop:
                 self.nudges += 1
             except GatewayError as exc:
                 log.info("could not nudge %s: %s", pod.key, exc)
+
+    def tell(self) -> None:
+        """Record a ``GangWaiting`` Event on each waiting member whose story changed, as filter
+        last told kube-scheduler (``news``): it starts with the category and the summary."""
+        if self._news is None:
+            return
+        for pod, text in self._news():
+            try:
+                self._gateway.event(
+                    pod.namespace, pod.name, pod.uid, WAITING_REASON, text, "Normal"
+                )
+            except GatewayError as exc:
+                log.info("no %s event for %s: %s", WAITING_REASON, pod.key, exc)
 
     def _run(self) -> None:
         last = 0.0

@@ -731,6 +731,8 @@ class Headlines:
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, str]] = {}
         self._outlook: tuple[int, Outlook] | None = None
+        self._said: dict[str, str] = {}
+        self._news: list[tuple[Pod, str]] = []
 
     def __call__(self, pod: Pod) -> str | None:
         """The headline for ``pod``'s gang (None: not in a gang Muster knows)."""
@@ -741,6 +743,7 @@ class Headlines:
         with self._lock:
             hit = self._memo.get(spec.key)
             if hit is not None and hit[0] == cycle:
+                self._tell(pod, hit[1])
                 return hit[1]
         with self._lock:
             if self._outlook is None or self._outlook[0] != cycle:
@@ -754,4 +757,22 @@ class Headlines:
             if len(self._memo) > 4096:
                 self._memo.clear()
             self._memo[spec.key] = (cycle, text)
+            self._tell(pod, text)
         return text
+
+    def _tell(self, pod: Pod, text: str) -> None:
+        if self._said.get(pod.uid) == text:
+            return
+        if len(self._said) > 16384:
+            self._said.clear()
+        self._said[pod.uid] = text
+        if len(self._news) < 4096:  # beyond that, kube-scheduler's own events still tell it
+            self._news.append((pod, text))
+
+    def news(self) -> list[tuple[Pod, str]]:
+        """The pods whose headline changed since the last call, each with its new headline
+        (for a ``GangWaiting`` event, so ``kubectl describe`` shows it without kube-scheduler's
+        node-count prefix)."""
+        with self._lock:
+            news, self._news = self._news, []
+        return news
