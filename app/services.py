@@ -14,9 +14,12 @@ from typing import Any, Protocol
 
 from app.core.admission.pods import NamespaceReader, OwnerReader
 from app.core.cycle.loop import PlannerLoop
+from app.core.insight.explain import Headlines
 from app.core.model.clusterfile import load_cluster_file
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
+from app.core.state.journal import Journal
+from app.core.state.timings import Timings
 from app.core.verbs.extender import Extender
 from app.settings import DEMO_CLUSTER, Settings
 from app.wiring import build_cache, build_graph
@@ -45,6 +48,11 @@ class Services:
     #: (standalone: ``None``, owners unknown).
     owners: OwnerReader | None = None
     namespaces: NamespaceReader | None = None
+    #: The decision journal (``/debug/events``, metrics); ``None`` when the caller built the
+    #: services without a graph.
+    journal: Journal | None = None
+    timings: Timings | None = None
+    headlines: Headlines | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode) and the planner's background loop."""
@@ -91,5 +99,15 @@ def build_services(
         gateway = gateway or InMemoryGateway(cache)
     graph = build_graph(settings, cache, gateway)
     return Services(
-        settings, cache, gateway, graph.extender, source, graph.loop, owners, namespaces
+        settings,
+        cache,
+        gateway,
+        graph.extender,
+        source,
+        graph.loop,
+        owners,
+        namespaces,
+        graph.journal,
+        graph.timings,
+        graph.headlines,
     )

@@ -21,7 +21,9 @@ from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
+from app.core.state.journal import Journal
 from app.core.state.queuefile import QueueFile
+from app.core.state.timings import Timings
 from app.core.verbs.barrier import Barrier
 from app.core.verbs.bind import Binder, device_chooser
 from app.core.verbs.extender import Extender
@@ -48,6 +50,12 @@ class Graph:
     gang_binder: GangBinder
     extender: Extender
     loop: PlannerLoop
+    #: Recent decisions and cumulative counters (``/debug/events``, metrics).
+    journal: Journal
+    #: How long planner cycles take (metrics).
+    timings: Timings
+    #: Each waiting gang's ``category: summary`` per cycle (filter reasons, events, metrics).
+    headlines: Headlines
 
 
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
@@ -72,6 +80,8 @@ def build_graph(
     """
     if queues is None:
         queues = QueueFile(settings.queue_file)
+    journal = Journal(wall=wall)
+    timings = Timings()
     planner = Planner(
         cache,
         strategy=settings.strategy,
@@ -85,11 +95,13 @@ def build_graph(
         preemption=settings.preemption,
         topology_keys=settings.topology_keys,
         protection=MinRuntime(lambda: queues.config, settings.min_runtime_seconds),
+        journal=journal,
+        timings=timings,
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
-    gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock)
+    gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
     headlines = Headlines(planner.look, lambda: planner.cycles)
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
@@ -100,7 +112,21 @@ def build_graph(
         poll=settings.planner_poll_seconds,
         queues=queues,
         news=headlines.news,
+        journal=journal,
+        wall=wall,
     )
     return Graph(
-        settings, cache, gateway, queues, planner, gpu, binder, gang_binder, extender, loop
+        settings,
+        cache,
+        gateway,
+        queues,
+        planner,
+        gpu,
+        binder,
+        gang_binder,
+        extender,
+        loop,
+        journal,
+        timings,
+        headlines,
     )

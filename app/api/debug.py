@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
 from app.core.gpu.ledger import device_count
 from app.core.gpu.links import topology_of
@@ -14,6 +16,7 @@ from app.core.model.values import RESOURCE_NAMES, Node, Resources
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
 from app.core.state.cache import NodeView
+from app.core.state.journal import Entry, Journal
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 
@@ -170,3 +173,110 @@ def _limits(limit: Resources) -> dict[str, str]:
         name: ("unlimited" if value >= UNLIMITED else format_milli(name, value))
         for name, value in zip(RESOURCE_NAMES, limit, strict=True)
     }
+
+
+Kind = Literal[
+    "plan", "preemption", "reclaim", "barrier-timeout", "rollback", "gang-started",
+    "plan-expired", "plan-released",
+]  # fmt: skip
+#: Most entries one ``/debug/events`` answer carries.
+MAX_EVENTS = 1000
+
+
+class VictimOut(BaseModel):
+    """A unit of running work evicted whole."""
+
+    unit: str = Field(description="its gang (NAMESPACE/NAME) or pod:NAMESPACE/NAME")
+    queue: str | None
+    pods: int
+    gpus: float = Field(description="GPUs it held")
+    gpuSecondsLost: float = Field(description="GPU-seconds it had run, lost by the eviction")
+
+
+class EventOut(BaseModel):
+    """One decision of the scheduler."""
+
+    seq: int = Field(description="grows by one per event; ask for since=SEQ to get newer ones")
+    time: float = Field(description="wall-clock time, seconds since the epoch")
+    kind: Kind
+    gang: str = Field(description="NAMESPACE/NAME of the gang the decision is about")
+    queue: str | None
+    message: str
+    nodes: list[str] = Field(description="planned nodes (plan), bound nodes (gang-started)")
+    victims: list[VictimOut] = Field(description="preemption and reclaim only")
+    gpuSecondsLost: float
+
+
+class TotalsOut(BaseModel):
+    """Cumulative counters since Muster started (they outlive the ring)."""
+
+    counts: dict[str, int] = Field(description="events by kind")
+    victims: dict[str, int] = Field(description="units evicted, by kind (preemption, reclaim)")
+    gpuSecondsLost: dict[str, float] = Field(description="GPU-seconds lost, by kind")
+
+
+class EventsOut(BaseModel):
+    """A page of the decision journal, oldest first, and the cumulative counters."""
+
+    events: list[EventOut]
+    latest: int = Field(description="the newest sequence number written (0: none yet)")
+    next: int = Field(description="pass as since= to get what comes after this page")
+    missed: int = Field(description="events after since= the journal no longer holds")
+    capacity: int = Field(description="how many recent events the journal keeps")
+    totals: TotalsOut
+
+
+def _event(entry: Entry) -> EventOut:
+    return EventOut(
+        seq=entry.seq,
+        time=entry.time,
+        kind=entry.kind,  # type: ignore[arg-type]  # KINDS and Kind list the same names
+        gang=entry.gang,
+        queue=entry.queue,
+        message=entry.message,
+        nodes=list(entry.nodes),
+        victims=[
+            VictimOut(
+                unit=v.key, queue=v.queue, pods=v.pods, gpus=v.gpus, gpuSecondsLost=v.gpu_seconds
+            )
+            for v in entry.victims
+        ],
+        gpuSecondsLost=entry.gpu_seconds_lost,
+    )
+
+
+@router.get(
+    "/events",
+    summary="Recent scheduling decisions: plans, preemptions, rollbacks, barrier timeouts",
+    response_model=EventsOut,
+    responses={503: {"description": "this server has no decision journal"}},
+)
+def events(
+    request: Request,
+    since: Annotated[
+        int | None,
+        Query(ge=0, description="only events with a larger sequence number (default: newest)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_EVENTS, description="at most this many events")] = 100,
+) -> EventsOut | JSONResponse:
+    """The decision journal after ``since`` (oldest first, at most ``limit``); without
+    ``since``, the newest ``limit`` events. Poll with ``since=next``."""
+    journal: Journal | None = request.app.state.muster.journal
+    if journal is None:
+        return JSONResponse(
+            {"error": "this server was built without a decision journal", "field": ""}, 503
+        )
+    page = journal.read(since, limit)
+    totals = journal.totals()
+    counters = TotalsOut(
+        counts=totals.by_kind, victims=totals.victims, gpuSecondsLost=totals.gpu_seconds_lost
+    )
+    if page.entries:
+        last = page.entries[-1].seq
+    else:  # nothing new; a since= beyond latest (Muster restarted) starts over from latest
+        last = page.latest if since is None else min(since, page.latest)
+    events = [_event(e) for e in page.entries]
+    return EventsOut(
+        events=events, latest=page.latest, next=last, missed=page.missed,
+        capacity=journal.capacity, totals=counters,
+    )  # fmt: skip

@@ -8,6 +8,8 @@ kube-scheduler's binding goroutines).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.core.model.values import Node, Pod
@@ -16,7 +18,7 @@ from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.bind import BindOutcome
 from app.core.verbs.extender import Extender
 from app.settings import Settings
-from app.wiring import build_cache, build_graph
+from app.wiring import Graph, build_cache, build_graph
 
 #: ``planner_options`` keys (the Planner's parameters) -> the ``Settings`` field for each.
 _SETTING_OF = {
@@ -45,9 +47,13 @@ class Cluster:
     nodes: list[Node]
     barrier_timeout: float = 2.0
     planner_options: dict = field(default_factory=dict)
+    #: the planner's and barrier's clock, and the wall clock (epoch seconds)
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     cache: ClusterCache = field(init=False)
     gateway: InMemoryGateway = field(init=False)
     extender: Extender = field(init=False)
+    graph: Graph = field(init=False)
 
     def __post_init__(self) -> None:
         options = dict(self.planner_options)
@@ -60,7 +66,10 @@ class Cluster:
         self.cache = build_cache(settings)
         self.cache.upsert_nodes(self.nodes)
         self.gateway = InMemoryGateway(self.cache)
-        self.extender = build_graph(settings, self.cache, self.gateway, queues=queues).extender
+        self.graph = build_graph(
+            settings, self.cache, self.gateway, queues=queues, clock=self.clock, wall=self.wall
+        )
+        self.extender = self.graph.extender
 
     @property
     def names(self) -> list[str]:

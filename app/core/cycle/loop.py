@@ -17,6 +17,7 @@ from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
 from app.core.model.values import Pod
 from app.core.state.gateway import Gateway
+from app.core.state.journal import Journal, Victim
 from app.core.state.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
@@ -39,8 +40,14 @@ class PlannerLoop:
         interval: float = 1.0,
         queues: QueueFile | None = None,
         news: Callable[[], list[tuple[Pod, str]]] | None = None,
+        journal: Journal | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """``journal`` (if any) records each preemption or reclaim carried out, with the
+        GPU-seconds its victims had run (by ``wall``, epoch seconds)."""
         self._planner = planner
+        self._journal = journal
+        self._wall = wall
         self._news = news
         self._queues = queues
         self._gateway = gateway
@@ -82,10 +89,33 @@ class PlannerLoop:
             if refused is not None:
                 self._planner.eviction_refused(eviction, *refused)
                 continue
+            self._record(eviction)
             for unit in eviction.units:
                 for pod in unit.pods:
                     self._evict_pod(pod, unit.key, eviction)
             log.info("evicted %s: %s", ", ".join(u.key for u in eviction.units), eviction.why)
+
+    def _record(self, eviction: Eviction) -> None:
+        if self._journal is None:
+            return
+        now = self._wall()
+        victims = [
+            Victim(
+                u.key,
+                u.queue,
+                len(u.pods),
+                u.gpus / 1000,
+                u.gpus / 1000 * max(now - u.started, 0.0),
+            )
+            for u in eviction.units
+        ]
+        self._journal.record(
+            eviction.kind,
+            eviction.preemptor,
+            queue=eviction.queue,
+            message=eviction.why,
+            victims=victims,
+        )
 
     def _dry_run(self, eviction: Eviction) -> tuple[str, str] | None:
         for unit in eviction.units:

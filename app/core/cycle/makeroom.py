@@ -23,11 +23,13 @@ from app.core.state.queueusage import QueueUsage, demand_of
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    """Units to evict, where the gang goes once they are gone, and what the victims are told."""
+    """Units to evict, where the gang goes once they are gone, and what the victims are told;
+    ``kind``: ``preemption`` or ``reclaim``."""
 
     victims: list[Unit]
     allocation: Allocation
     why: str
+    kind: str = "preemption"
 
 
 def may_take_room(config: QueueConfig, queue: str, lowest: int | None, priority: int) -> bool:
@@ -68,4 +70,4 @@ def make_room(
     if found is None:
         return None
     why = f"reclaimed by queue {queue} for gang {gang} (within its guaranteed share)"
-    return Room(*found, why)
+    return Room(*found, why, "reclaim")

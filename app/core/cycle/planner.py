@@ -46,9 +46,11 @@ from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
+from app.core.state.journal import Journal
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
 from app.core.state.statement import Applied, Reserve
+from app.core.state.timings import Timings
 
 __all__ = ["Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
 
@@ -71,9 +73,17 @@ class Planner:
         preemption: bool = True,
         topology_keys: Sequence[str] = DEFAULT_KEYS,
         protection: Protection | None = None,
+        journal: Journal | None = None,
+        timings: Timings | None = None,
     ) -> None:
-        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``."""
+        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``.
+
+        ``journal`` (if any) records plans made, expired and released; ``timings`` (if any)
+        counts how long each cycle takes.
+        """
         self._cache = cache
+        self._journal = journal
+        self._timings = timings
         self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
         self._preemption = preemption
         self._evictions: list[Eviction] = []
@@ -244,6 +254,7 @@ class Planner:
                 session.discard()
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
             self._release(spec.key, why)
+            self._note("plan-released", spec.key, why)
             self._hints[spec.key] = "constraints"
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
@@ -285,7 +296,9 @@ class Planner:
         alone for a while and plan the preemptor again, choosing other victims."""
         with self._lock:
             self._blocked[unit_key] = self._wall() + 60.0
-            self._release(eviction.preemptor, f"eviction of {unit_key} refused ({why})")
+            reason = f"eviction of {unit_key} refused ({why})"
+            self._release(eviction.preemptor, reason)
+            self._note("plan-released", eviction.preemptor, reason)
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -306,6 +319,7 @@ class Planner:
                 self._last_generation = self._cache.generation
                 return []
             self.cycles += 1
+            started = time.perf_counter()
             session = Session(self._cache, self._plans)
             planned, head = self._run(session, now)
             applied = self._commit(session)
@@ -313,9 +327,22 @@ class Planner:
             self._last_generation = (
                 self._cache.generation if applied.clean else session.statement.base
             )
-            return [g for g in planned if g in self._plans]
+            made = [(g, q) for g, q in planned if g in self._plans]
+            if self._journal is not None:
+                for gang, queue in made:
+                    plan = self._plans[gang]
+                    nodes = sorted(set(plan.members.values()))
+                    text = f"{len(plan.members)} members on {', '.join(nodes)}"
+                    if plan.victims:
+                        text += f"; waiting for {len(plan.victims)} evicted pods to leave"
+                    self._journal.record("plan", gang, queue=queue, nodes=nodes, message=text)
+            if self._timings is not None:
+                self._timings.observe(time.perf_counter() - started)
+            return [g for g, _ in made]
 
-    def _run(self, session: Session, now: float) -> tuple[list[str], Reservation | None]:
+    def _run(
+        self, session: Session, now: float
+    ) -> tuple[list[tuple[str, str]], Reservation | None]:
         """One cycle's decisions, all taken in ``session``."""
         snapshot = session.snapshot
         gangs = gangs_of(snapshot, self._gang_memo)
@@ -335,7 +362,7 @@ class Planner:
             by_queue.setdefault(self._queue_of(gang, config), []).append(gang)
         for line in by_queue.values():
             line.sort(key=lambda g: (-g.priority, g.created, g.key))
-        planned: list[str] = []
+        planned: list[tuple[str, str]] = []
         head: Reservation | None = None
         while by_queue:
             # Weighted DRF across queues (hierarchically), priority then age within one.
@@ -347,7 +374,7 @@ class Planner:
                 del by_queue[queue]
             placed, held = self._plan_core(session, gang, now, usage, queue, first=head is None)
             if placed:
-                planned.append(gang.key)
+                planned.append((gang.key, queue))
             head = head or held
         if head is None:
             session.hold("", {}, 0.0)
@@ -431,7 +458,10 @@ class Planner:
         for key in fulfilled:
             del session.plans[key]
         for key, why in dropped:
+            plan = session.plans.get(key)
+            expired = plan is not None and plan.expires <= now and key in gangs
             self._release(key, why, session)
+            self._note("plan-expired" if expired else "plan-released", key, why)
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]
@@ -499,7 +529,8 @@ class Planner:
             return False, held
         session.reserve(gang.key, allocation.placed, allocation.devices)
         usage.add(queue, demand)
-        plan = Plan.of(gang, allocation.placed, now, now + (gang.timeout or self._plan_ttl))
+        expires = now + (gang.timeout or self._plan_ttl)
+        plan = Plan.of(gang, allocation.placed, now, expires, queue=queue)
         plan.devices.update(allocation.devices)
         session.plans[gang.key] = plan
         self._reasons.pop(gang.key, None)
@@ -550,12 +581,12 @@ class Planner:
         session.reserve(gang.key, placed.placed, placed.devices, force=True)
         usage.add(queue, demand_of(core))
         expires = now + (gang.timeout or self._plan_ttl) + self._plan_ttl
-        plan = Plan.of(gang, placed.placed, now, expires, uids)
+        plan = Plan.of(gang, placed.placed, now, expires, uids, queue)
         plan.devices.update(placed.devices)
         session.plans[gang.key] = plan
         names = ", ".join(sorted({u.key for u in room.victims}))
         self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
-        session.evict(Eviction(gang.key, tuple(room.victims), room.why))
+        session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
         return True
 
     def _lowest_running_priority(self, session: Session) -> int | None:
@@ -616,6 +647,11 @@ class Planner:
             return everywhere
         same: np.ndarray = tree.ids[level] == tree.ids[level, row]
         return same
+
+    def _note(self, kind: str, gang: str, message: str) -> None:
+        """Journal a plan that ended without its gang starting."""
+        if self._journal is not None:
+            self._journal.record(kind, gang, message=message)
 
     def _release(self, gang: str, reason: str, session: Session | None = None) -> None:
         """Drop ``gang``'s plan and its room: in ``session`` during a cycle, else at once."""

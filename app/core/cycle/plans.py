@@ -27,6 +27,8 @@ class Plan:
     victims: frozenset[str] = frozenset()
     #: uid -> the GPU devices reserved for the member on its planned node (GPU members only)
     devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the queue the gang was planned in
+    queue: str | None = None
 
     def node_of(self, uid: str) -> str | None:
         """The planned node of member ``uid``."""
@@ -45,6 +47,7 @@ class Plan:
             nudged=set(self.nudged),
             victims=self.victims,
             devices=dict(self.devices),
+            queue=self.queue,
         )
 
     def drop(self, uids: frozenset[str] | set[str]) -> None:
@@ -61,8 +64,9 @@ class Plan:
         now: float,
         expires: float,
         victims: frozenset[str] = frozenset(),
+        queue: str | None = None,
     ) -> Plan:
-        """A new plan for ``gang``'s core placed as ``placed``."""
+        """A new plan for ``gang``'s core (of ``queue``) placed as ``placed``."""
         return cls(
             gang=gang.key,
             members=dict(placed),
@@ -71,6 +75,7 @@ class Plan:
             created=now,
             expires=expires,
             victims=victims,
+            queue=queue,
         )
 
 
@@ -115,9 +120,12 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Eviction:
-    """Whole units of work to evict so that gang ``preemptor`` can start; ``why`` is told to
-    the victims in an Event."""
+    """Whole units of work to evict so that gang ``preemptor`` (of ``queue``) can start;
+    ``why`` is told to the victims in an Event; ``kind`` is ``preemption`` (lower-priority
+    work gives way) or ``reclaim`` (a queue below its guarantee takes back borrowed room)."""
 
     preemptor: str
     units: tuple[Unit, ...]
     why: str
+    kind: str = "preemption"
+    queue: str | None = None

@@ -26,6 +26,7 @@ from app.core.model.gang import gang_spec
 from app.core.model.status import SUCCESS, Status
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
+from app.core.state.journal import Journal
 from app.core.verbs.barrier import Barrier
 from app.core.verbs.bind import Binder, BindOutcome
 
@@ -73,10 +74,13 @@ class GangBinder:
         barrier: Barrier[BindRequest],
         *,
         clock: Callable[[], float],
+        journal: Journal | None = None,
     ) -> None:
         """``clock`` times the barrier's waits: monotonic seconds on the server, simulated time
-        in the simulator (``app.wiring`` builds both)."""
+        in the simulator (``app.wiring`` builds both). ``journal`` (if any) records gangs
+        started, rolled back and barrier waits that ran out."""
         self._cache = cache
+        self._journal = journal
         self._planner = planner
         self._binder = binder
         self._gateway = gateway
@@ -132,7 +136,18 @@ class GangBinder:
     ) -> list[BindOutcome]:
         """After binding a released gang: roll back if any bind failed; the final answers."""
         failed = [(r, o) for r, o in zip(requests, outcomes, strict=True) if o.error]
+        plan = self._planner.plan(gang)
+        queue = plan.queue if plan is not None else None
         if not failed:
+            if self._journal is not None:
+                nodes = sorted({r.node for r in requests})
+                self._journal.record(
+                    "gang-started",
+                    gang,
+                    queue=queue,
+                    nodes=nodes,
+                    message=f"{len(requests)} members bound together on {', '.join(nodes)}",
+                )
             return list(outcomes)
         first, why = failed[0]
         reason = (
@@ -143,6 +158,9 @@ class GangBinder:
             if not outcome.error:
                 self._roll_back(request, reason)
         self._planner.release(gang, reason)
+        if self._journal is not None:
+            bound = sorted({r.node for r, o in zip(requests, outcomes, strict=True) if not o.error})
+            self._journal.record("rollback", gang, queue=queue, message=reason, nodes=bound)
         return [BindOutcome(reason, "RolledBack") for _ in requests]
 
     def expire(self) -> list[tuple[BindRequest, BindOutcome]]:
@@ -163,6 +181,9 @@ class GangBinder:
                 "together with the rest"
             )
             answers.extend((r, BindOutcome(reason, "BarrierTimeout")) for r in items)
+            if self._journal is not None:
+                queue = plan.queue if plan is not None else None
+                self._journal.record("barrier-timeout", gang, queue=queue, message=reason)
         return answers
 
     def _roll_back(self, request: BindRequest, reason: str) -> None:
