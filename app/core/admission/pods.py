@@ -37,8 +37,6 @@ itself or the live members of its gang.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,6 +53,7 @@ from app.core.admission.workloads import (
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import gang_spec
+from app.core.model.labels import is_label_value, label_safe
 from app.core.model.parse import gpu_fraction
 from app.core.model.quantity import parse_milli
 from app.core.model.status import SUCCESS, Status
@@ -68,8 +67,6 @@ DEFAULT_TAKE_OVER = frozenset(
     {"default-scheduler", "volcano", "kai-scheduler", "yunikorn", "scheduler-plugins-scheduler"}
 )
 KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_MAX_LABEL_VALUE = 63
 _WARNING = "muster: "
 _NOT_GIVEN_MIN = "no min-member given"
 
@@ -244,23 +241,6 @@ def _selection(pod: _PodMeta, ns: NamespaceMeta) -> str:
 
 
 # -- writing ----------------------------------------------------------------------------------
-
-
-def is_label_value(value: str) -> bool:
-    """Whether ``value`` is a valid Kubernetes label value (and not empty)."""
-    return 0 < len(value) <= _MAX_LABEL_VALUE and _LABEL_VALUE.fullmatch(value) is not None
-
-
-def label_safe(name: str) -> str:
-    """``name`` as a label value: itself when valid, else a readable prefix plus a hash.
-
-    Deterministic, so every member of a gang gets the same value.
-    """
-    if is_label_value(name):
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    cleaned = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[: _MAX_LABEL_VALUE - 9].strip("-_.")
-    return f"{cleaned}-{digest}" if cleaned else digest
 
 
 def escape_pointer(token: str) -> str:

@@ -45,6 +45,8 @@ def describe(
                 if plan
                 else [],
                 "reason": reasons.get(key, ""),
+                "source": gang.group.display if gang.group is not None else None,
+                "conflicts": list(gang.conflicts),
             }
         )
     return rows

@@ -202,6 +202,10 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
             "needed": job.min_member,
             "bound": len(job.bound),
         }
+        if job.gang.group is not None:
+            out.gang["source"] = job.gang.group.display
+        if job.gang.conflicts:
+            out.gang["conflicts"] = list(job.gang.conflicts)
     view = view_for(o, job)
     out.gpus = _gpus(o, o.session.backfill_view())
     probe = job.pending[0] if job.pending else job.members[0]

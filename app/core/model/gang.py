@@ -1,9 +1,12 @@
-"""Pod groups (gangs) from pod metadata alone: no CRDs.
+"""Pod groups (gangs) from pod metadata and the group objects pods name.
 
 A pod belongs to a gang when it carries a group name under any convention in
-``app.core.model.labels.GROUP_CONVENTIONS``; the gang is that name within the pod's namespace. The
-minimum size comes from the matching min-member key (``muster.io/min-member`` always wins).
-Members that disagree on the minimum are reported, never guessed between.
+``app.core.model.labels.GROUP_CONVENTIONS``, or names a group object (a Volcano or
+coscheduling PodGroup, a Kubernetes PodGroup or Workload group: ``app.core.model.groupobjects``)
+that the cache attached to it; the gang is that name within the pod's namespace. The minimum
+size comes from ``muster.io/min-member``, else the group object, else the convention's
+min-member key. Where Muster's keys and the object disagree, the keys win and the gang's
+``conflicts`` say so. Members that disagree on the minimum are reported, never guessed between.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from app.core.model import labels
+from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
 from app.core.model.values import Pod
 
 
@@ -26,6 +30,10 @@ class GangSpec:
     timeout: float | None = None
     convention: str = labels.POD_GROUP
     problem: str = ""
+    #: The group object (PodGroup ...) that declares this gang, if the pod names one.
+    group: GroupObject | None = None
+    #: Where the pod's own keys and its group object disagree (reported; the keys win).
+    notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -45,50 +53,149 @@ def _positive_int(key: str, value: str | None) -> tuple[int | None, str]:
     return number, ""
 
 
+def object_gang_name(pod: Pod, obj: GroupObject) -> str:
+    """The gang name ``obj`` gives ``pod`` (a Workload group's replica key splits it)."""
+    if obj.source == WORKLOAD and pod.workload_ref is not None:
+        return workload_gang(pod.workload_ref)
+    return obj.name
+
+
+def explicit_queue(pod: Pod) -> tuple[str, str] | None:
+    """``(source, queue)`` the pod asks for: ``muster.io/queue``, else its group object's
+    queue (a Volcano PodGroup's ``spec.queue``), else another scheduler's queue key."""
+    own = labels.lookup(labels.QUEUE, pod.labels, pod.annotations)
+    if own:
+        return labels.QUEUE, own
+    if pod.group is not None and pod.group.queue:
+        return f"{pod.group.display} spec.queue", pod.group.queue
+    return labels.first(labels.QUEUE_KEYS, pod.labels, pod.annotations)
+
+
+def _object_notes(pod: Pod, obj: GroupObject, min_member: int | None, min_key: str) -> list[str]:
+    """Where the pod's own keys contradict its group object (the keys win; said, not guessed)."""
+    notes = []
+    field_name = "minCount" if obj.source in (KUBERNETES, WORKLOAD) else "minMember"
+    if min_member is not None and obj.min_member is not None and min_member != obj.min_member:
+        notes.append(
+            f"{min_key}={min_member} disagrees with {obj.display} {field_name} "
+            f"{obj.min_member}; {min_key} wins"
+        )
+    own_queue = labels.lookup(labels.QUEUE, pod.labels, pod.annotations)
+    if own_queue and obj.queue and own_queue != obj.queue:
+        notes.append(
+            f"{labels.QUEUE}={own_queue} disagrees with {obj.display} queue {obj.queue}; "
+            f"{labels.QUEUE} wins"
+        )
+    return notes
+
+
 def gang_spec(pod: Pod) -> GangSpec | None:
-    """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own."""
+    """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own.
+
+    The name comes from ``muster.io/pod-group``, else the group object the pod names
+    (``Pod.group``), else another scheduler's group key. The minimum from
+    ``muster.io/min-member``, else the group object, else the convention's min-member key.
+    Where Muster's keys and the object disagree, Muster's keys win and ``notes`` say so.
+    """
     lab, ann = pod.labels, pod.annotations
-    for group_key, min_key in labels.GROUP_CONVENTIONS:
-        name = labels.lookup(group_key, lab, ann)
-        if not name:
-            continue
-        problems = []
-        raw_min = labels.lookup(labels.MIN_MEMBER, lab, ann)
-        min_source = labels.MIN_MEMBER
-        if raw_min is None and min_key is not None:
-            raw_min, min_source = labels.lookup(min_key, lab, ann), min_key
-        min_member, why = _positive_int(min_source, raw_min)
-        problems.append(why)
-        max_member, why = _positive_int(
-            labels.MAX_MEMBER, labels.lookup(labels.MAX_MEMBER, lab, ann)
-        )
-        problems.append(why)
-        timeout = None
-        raw_timeout = labels.lookup(labels.GANG_TIMEOUT, lab, ann)
-        if raw_timeout:
-            try:
-                timeout = float(raw_timeout)
-                if timeout <= 0:
-                    raise ValueError
-            except ValueError:
-                timeout = None
-                problems.append(f"{labels.GANG_TIMEOUT}={raw_timeout!r} is not a positive number")
-        if min_member is not None and max_member is not None and max_member < min_member:
-            problems.append(
-                f"{labels.MAX_MEMBER}={max_member} is below the min-member {min_member}"
+    obj = pod.group if pod.group is not None and pod.group.gang else None
+    own = labels.lookup(labels.POD_GROUP, lab, ann)
+    notes: list[str] = []
+    if obj is not None:
+        obj_name = object_gang_name(pod, obj)
+        if own and own not in (obj_name, labels.label_safe(obj_name)):
+            notes.append(
+                f"{labels.POD_GROUP}={own} names another gang than {obj.display}; "
+                f"{labels.POD_GROUP} wins"
             )
-        if min_member is None and not any(problems):
-            problems.append(f"no min-member given (set {labels.MIN_MEMBER})")
-        return GangSpec(
-            namespace=pod.namespace,
-            name=name,
-            min_member=min_member,
-            max_member=max_member,
-            timeout=timeout,
-            convention=group_key,
-            problem="; ".join(p for p in problems if p),
-        )
+            obj = None
+        elif not own:
+            return _spec(pod, obj_name, None, obj, [])
+    if own:
+        return _spec(pod, own, labels.MIN_MEMBER, obj, notes)
+    for group_key, min_key in labels.GROUP_CONVENTIONS[1:]:
+        name = labels.lookup(group_key, lab, ann)
+        if name:
+            return _spec(pod, name, min_key, None, notes, convention=group_key)
+    for named, field_path in (
+        (pod.scheduling_group, "spec.schedulingGroup.podGroupName"),
+        (workload_gang(pod.workload_ref) if pod.workload_ref else "", "spec.workloadRef"),
+    ):
+        if named:
+            if pod.group is not None and not pod.group.gang:
+                return None  # a basic policy: scheduled on its own
+            return GangSpec(
+                namespace=pod.namespace,
+                name=named,
+                min_member=None,
+                convention=field_path,
+                problem=f"{field_path} names {named!r}, which the API does not have (yet)",
+            )
     return None
+
+
+def _spec(
+    pod: Pod,
+    name: str,
+    min_key: str | None,
+    obj: GroupObject | None,
+    notes: list[str],
+    convention: str = labels.POD_GROUP,
+) -> GangSpec:
+    """The spec of gang ``name``; ``min_key``: the pod key stating its minimum (Muster's own
+    when the name is Muster's); ``obj``: the group object of the same gang, if any."""
+    lab, ann = pod.labels, pod.annotations
+    problems = []
+    raw_min = labels.lookup(labels.MIN_MEMBER, lab, ann)
+    min_source = labels.MIN_MEMBER
+    if raw_min is None and min_key is not None and obj is None:
+        raw_min, min_source = labels.lookup(min_key, lab, ann), min_key
+    min_member, why = _positive_int(min_source, raw_min)
+    problems.append(why)
+    if obj is not None:
+        convention = obj.display
+        notes.extend(_object_notes(pod, obj, min_member, min_source))
+        if raw_min is None:
+            min_member = obj.min_member
+            if obj.problem:
+                problems.append(f"{obj.display}: {obj.problem}")
+            for group_key, other_min in labels.GROUP_CONVENTIONS[1:]:
+                other = labels.lookup(other_min, lab, ann) if other_min else None
+                if other and labels.lookup(group_key, lab, ann) == obj.name:
+                    stated, _ = _positive_int(other_min or "", other)
+                    if stated is not None and stated != obj.min_member:
+                        notes.append(
+                            f"{other_min}={other} disagrees with {obj.display}; the {obj.kind} wins"
+                        )
+    max_member, why = _positive_int(labels.MAX_MEMBER, labels.lookup(labels.MAX_MEMBER, lab, ann))
+    problems.append(why)
+    timeout = None
+    raw_timeout = labels.lookup(labels.GANG_TIMEOUT, lab, ann)
+    if raw_timeout:
+        try:
+            timeout = float(raw_timeout)
+            if timeout <= 0:
+                raise ValueError
+        except ValueError:
+            timeout = None
+            problems.append(f"{labels.GANG_TIMEOUT}={raw_timeout!r} is not a positive number")
+    elif obj is not None:
+        timeout = obj.timeout
+    if min_member is not None and max_member is not None and max_member < min_member:
+        problems.append(f"{labels.MAX_MEMBER}={max_member} is below the min-member {min_member}")
+    if min_member is None and not any(problems):
+        problems.append(f"no min-member given (set {labels.MIN_MEMBER})")
+    return GangSpec(
+        namespace=pod.namespace,
+        name=name,
+        min_member=min_member,
+        max_member=max_member,
+        timeout=timeout,
+        convention=convention,
+        problem="; ".join(p for p in problems if p),
+        group=obj,
+        notes=tuple(notes),
+    )
 
 
 @dataclass(slots=True)
@@ -109,6 +216,10 @@ class Gang:
     problem: str = ""
     bound: list[Pod] = field(default_factory=list)
     pending: list[Pod] = field(default_factory=list)
+    #: The group object that declares the gang (PodGroup ...), if members name one.
+    group: GroupObject | None = None
+    #: Where members' own keys and the group object disagree: Muster's keys won; reported.
+    conflicts: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -117,8 +228,11 @@ class Gang:
 
     @property
     def priority(self) -> int:
-        """The highest priority among members."""
-        return max((p.priority for p in self.members), default=0)
+        """The highest priority among members and the group object's (if it states one)."""
+        members = max((p.priority for p in self.members), default=0)
+        if self.group is not None and self.group.priority is not None:
+            return max(members, self.group.priority)
+        return members
 
     @property
     def created(self) -> float:
@@ -172,6 +286,8 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     gang.max_member = maxes[0] if len(maxes) == 1 else None
     timeouts = [s.timeout for s in specs if s.timeout is not None]
     gang.timeout = min(timeouts) if timeouts else None
+    gang.group = next((s.group for s in specs if s.group is not None), None)
+    gang.conflicts = tuple(sorted({note for s in specs for note in s.notes}))
     gang.problem = "; ".join(problems)
     gang.members.sort(key=lambda p: (p.created, p.name))
     gang.pending.sort(key=lambda p: (p.created, p.name))

@@ -7,6 +7,8 @@ Keys are looked up in labels first, then annotations (conventions differ on whic
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 
 PREFIX = "muster.io/"
@@ -68,3 +70,24 @@ def first(
         if value:
             return key, value
     return None
+
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_MAX_LABEL_VALUE = 63
+
+
+def is_label_value(value: str) -> bool:
+    """Whether ``value`` is a valid Kubernetes label value (and not empty)."""
+    return 0 < len(value) <= _MAX_LABEL_VALUE and _LABEL_VALUE.fullmatch(value) is not None
+
+
+def label_safe(name: str) -> str:
+    """``name`` as a label value: itself when valid, else a readable prefix plus a hash.
+
+    Deterministic, so every member of a gang gets the same value.
+    """
+    if is_label_value(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[: _MAX_LABEL_VALUE - 9].strip("-_.")
+    return f"{cleaned}-{digest}" if cleaned else digest

@@ -27,6 +27,7 @@ from app.core.model.values import (
     SelectorTerm,
     Taint,
     Toleration,
+    WorkloadRef,
 )
 
 _ONE_POD = Resources(pods=1000)
@@ -50,12 +51,16 @@ def json_list(value: Any, field: str) -> list[Any]:
     return value
 
 
-def _str(value: Any, field: str, default: str = "") -> str:
+def json_str(value: Any, field: str, default: str = "") -> str:
+    """``value`` as a string (``default`` for null); ``InvalidInput`` naming ``field`` if not."""
     if value is None:
         return default
     if not isinstance(value, str):
         raise InvalidInput(field, f"expected a string, got {type(value).__name__}")
     return value
+
+
+_str = json_str
 
 
 def _str_map(value: Any, field: str) -> dict[str, str]:
@@ -240,6 +245,28 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         started=_timestamp(status.get("startTime"), f"{field}.status.startTime"),
         gpu_fraction=fraction,
         gpu_ids=gpu_ids(annotations.get(labels.GPU_IDS, "")),
+        scheduling_group=_str(
+            json_object(spec.get("schedulingGroup"), f"{field}.spec.schedulingGroup").get(
+                "podGroupName"
+            ),
+            f"{field}.spec.schedulingGroup.podGroupName",
+        ),
+        workload_ref=_workload_ref(spec.get("workloadRef"), f"{field}.spec.workloadRef"),
+    )
+
+
+def _workload_ref(value: Any, field: str) -> WorkloadRef | None:
+    """A pod's ``spec.workloadRef`` (Kubernetes 1.35): ``name`` and ``podGroup`` required."""
+    ref = json_object(value, field)
+    if not ref:
+        return None
+    name = _str(ref.get("name"), f"{field}.name")
+    group = _str(ref.get("podGroup"), f"{field}.podGroup")
+    for key, given in (("name", name), ("podGroup", group)):
+        if not given:
+            raise InvalidInput(f"{field}.{key}", "missing")
+    return WorkloadRef(
+        name, group, _str(ref.get("podGroupReplicaKey"), f"{field}.podGroupReplicaKey")
     )
 
 

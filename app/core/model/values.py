@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from app.core.model.groupobjects import GroupObject
 
 GPU = "nvidia.com/gpu"
 CPU = "cpu"
@@ -17,6 +20,14 @@ PODS = "pods"
 #: The resources Muster accounts for, in the order of ``Resources`` fields.
 RESOURCE_NAMES: tuple[str, ...] = (GPU, CPU, MEMORY, PODS)
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+class WorkloadRef(NamedTuple):
+    """A pod's ``spec.workloadRef`` (Kubernetes 1.35): a pod group of a Workload."""
+
+    name: str
+    pod_group: str
+    replica_key: str = ""
 
 
 class Resources(NamedTuple):
@@ -136,6 +147,13 @@ class Pod:
     gpu_fraction: int = 0
     #: GPU indices written at bind (``muster.io/gpu-ids``); empty when unknown.
     gpu_ids: tuple[int, ...] = ()
+    #: ``spec.schedulingGroup.podGroupName`` (Kubernetes 1.36+), ``""`` for none.
+    scheduling_group: str = ""
+    #: ``spec.workloadRef`` (Kubernetes 1.35), if any.
+    workload_ref: WorkloadRef | None = None
+    #: The group object (PodGroup, Workload group) the pod names, as the cache knows it
+    #: (``app.core.model.groupobjects``); attached by the cache, ``None`` when there is none.
+    group: GroupObject | None = None
 
     @property
     def key(self) -> str:

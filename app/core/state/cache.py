@@ -22,9 +22,9 @@ import numpy as np
 
 from app.core.gpu.ask import GpuAsk, fits_mask, give, usable
 from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall
-from app.core.model import labels
 from app.core.model.errors import BindRejected
-from app.core.model.gang import gang_spec
+from app.core.model.gang import explicit_queue, gang_spec
+from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
 from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
@@ -172,6 +172,10 @@ class ClusterCache:
         self._assumed: dict[str, float] = {}
         self._reserved: dict[str, str] = {}
         self._gang_of: dict[str, str] = {}
+        # Group objects by reference, and which pods name which reference.
+        self._groups: dict[GroupRef, GroupObject] = {}
+        self._pod_refs: dict[str, tuple[GroupRef, ...]] = {}
+        self._ref_pods: dict[GroupRef, set[str]] = {}
         self._gang_index: dict[str, set[str]] = {}
         # Usage per queue key (see ``queue_key``), kept as pods move, so quota checks need
         # no pass over every pod.
@@ -319,8 +323,14 @@ class ClusterCache:
 
     def _upsert_pod(self, pod: Pod) -> None:
         old = self._pods.get(pod.uid)
+        pod = self._attach_group(pod, old)
         self._pods[pod.uid] = pod
-        if old is None or old.labels is not pod.labels or old.annotations is not pod.annotations:
+        if (
+            old is None
+            or old.labels is not pod.labels
+            or old.annotations is not pod.annotations
+            or old.group is not pod.group
+        ):
             spec = gang_spec(pod)
             self._unindex_gang(pod.uid)
             if spec is not None:
@@ -351,6 +361,69 @@ class ClusterCache:
                 if not members:
                     del self._gang_index[key]
 
+    # -- group objects (PodGroups, Workload groups) ---------------------------------------------
+
+    def _attach_group(self, pod: Pod, old: Pod | None) -> Pod:
+        """``pod`` with the group object it names attached (``Pod.group``), indexed by ref."""
+        if old is not None and old.labels is pod.labels and old.annotations is pod.annotations:
+            refs = self._pod_refs.get(pod.uid, ())
+        else:
+            refs = group_refs(
+                pod.namespace, pod.labels, pod.annotations, pod.scheduling_group, pod.workload_ref
+            )
+            if refs != self._pod_refs.get(pod.uid, ()):
+                self._unindex_refs(pod.uid)
+                if refs:
+                    self._pod_refs[pod.uid] = refs
+                    for ref in refs:
+                        self._ref_pods.setdefault(ref, set()).add(pod.uid)
+        group = next((g for g in (self._groups.get(r) for r in refs) if g is not None), None)
+        return pod if pod.group is group else replace(pod, group=group)
+
+    def _unindex_refs(self, uid: str) -> None:
+        for ref in self._pod_refs.pop(uid, ()):
+            uids = self._ref_pods.get(ref)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:
+                    del self._ref_pods[ref]
+
+    def upsert_groups(self, groups: Iterable[GroupObject]) -> None:
+        """Add or replace group objects; their pods see the new ones at once."""
+        with self._lock:
+            for group in groups:
+                self._groups[group.ref] = group
+                self._reattach(group.ref)
+
+    def delete_groups(self, refs: Iterable[GroupRef]) -> None:
+        """Forget group objects (their pods keep only what their own keys say)."""
+        with self._lock:
+            for ref in refs:
+                if self._groups.pop(ref, None) is not None:
+                    self._reattach(ref)
+
+    def replace_groups(self, sources: Iterable[str], groups: Iterable[GroupObject]) -> None:
+        """Make the group objects of ``sources`` exactly ``groups`` (a relist, or the API no
+        longer serving a kind: ``groups`` empty)."""
+        groups = list(groups)
+        wanted = {g.ref for g in groups}
+        kinds = set(sources)
+        with self._lock:
+            gone = [r for r in self._groups if r.source in kinds and r not in wanted]
+            self.delete_groups(gone)
+            self.upsert_groups(g for g in groups if self._groups.get(g.ref) != g)
+
+    def groups(self) -> list[GroupObject]:
+        """Every group object known, by source, namespace and name."""
+        with self._lock:
+            return [self._groups[r] for r in sorted(self._groups)]
+
+    def _reattach(self, ref: GroupRef) -> None:
+        for uid in list(self._ref_pods.get(ref, ())):
+            pod = self._pods.get(uid)
+            if pod is not None:
+                self._upsert_pod(pod)
+
     def gang_members_of(self, key: str) -> list[Pod]:
         """The cached pods of gang ``key`` (``namespace/name``), from the gang index."""
         with self._lock:
@@ -359,6 +432,7 @@ class ClusterCache:
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         self._unindex_gang(uid)
+        self._unindex_refs(uid)
         self._assumed.pop(uid, None)
         self._reserved.pop(uid, None)
         if old is not None:
@@ -736,7 +810,7 @@ class QueueKey(NamedTuple):
 
 def queue_key(pod: Pod, in_gang: bool) -> QueueKey:
     """The pod's ``QueueKey`` (resolved to a queue by ``app.core.state.queueusage``)."""
-    found = labels.first(labels.QUEUE_KEYS, pod.labels, pod.annotations)
+    found = explicit_queue(pod)
     return QueueKey(found[1] if found else "", pod.namespace, pod.scheduler_name, in_gang)
 
 
