@@ -50,7 +50,10 @@ class ExplanationOut(BaseModel):
     queue: list[dict[str, Any]] = Field(
         description="its queue, then each ancestor: usage, guaranteed, limit, what it may borrow"
     )
-    gang: dict[str, Any] | None = Field(description="members seen, needed and bound")
+    gang: dict[str, Any] | None = Field(
+        description="members seen, needed and bound; the group object declaring the gang "
+        "(source) and where its own keys disagree with it (conflicts), when there are any"
+    )
     nodes: list[dict[str, Any]] = Field(description="node reasons for one member, with counts")
     gpus: dict[str, Any] = Field(
         description="free GPUs against the largest whole block per node and topology domain"

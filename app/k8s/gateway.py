@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from app.core.model.errors import GatewayError
+from app.core.model.groupobjects import GroupObject
 
 log = logging.getLogger("muster.k8s.gateway")
 
@@ -218,19 +219,39 @@ class KubeGateway:
         self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
     ) -> None:
         """Create a core/v1 Event about the pod, reported by ``muster``."""
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
+        self._event(namespace, name, {**involved, **({"uid": uid} if uid else {})},
+                    reason, message, kind)  # fmt: skip
+
+    def object_event(
+        self, obj: GroupObject, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """Create a core/v1 Event about a group object (a PodGroup, a Workload)."""
+        involved = {
+            "apiVersion": obj.api_version,
+            "kind": obj.kind,
+            "namespace": obj.namespace,
+            "name": obj.object_name,
+            **({"uid": obj.uid} if obj.uid else {}),
+        }
+        self._event(obj.namespace, obj.object_name, involved, reason, message, kind)
+
+    def _event(
+        self,
+        namespace: str,
+        name: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        kind: str,
+    ) -> None:
         now = _micro_now()
         suffix = f".{time.time_ns():x}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name[: _MAX_NAME - len(suffix)] + suffix, "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                **({"uid": uid} if uid else {}),
-            },
+            "involvedObject": involved,
             "type": kind,
             "reason": _truncate(reason, _MAX_REASON),
             "message": _truncate(message, _MAX_MESSAGE),

@@ -24,6 +24,8 @@ log = logging.getLogger("muster.planner")
 PLANNED_ANNOTATION = "muster.io/planned"
 #: The Event reason for a waiting gang member's story (``category: summary (gang KEY)``).
 WAITING_REASON = "GangWaiting"
+#: The Event reason for a gang whose own keys and group object (PodGroup ...) disagree.
+CONFLICT_REASON = "GangSourceConflict"
 
 
 class PlannerLoop:
@@ -75,6 +77,7 @@ class PlannerLoop:
         self.evict()
         self.nudge()
         self.tell()
+        self.report()
 
     def evict(self) -> None:
         """Carry out the planner's evictions, whole units only.
@@ -175,6 +178,24 @@ class PlannerLoop:
                 )
             except GatewayError as exc:
                 log.info("no %s event for %s: %s", WAITING_REASON, pod.key, exc)
+
+    def report(self) -> None:
+        """Record a ``GangSourceConflict`` Warning on each member and group object of a gang
+        whose own keys and group object disagree (once per text while it lasts)."""
+        for conflict in self._planner.take_conflicts():
+            text = f"gang {conflict.gang}: {conflict.text}"
+            for pod in conflict.pods:
+                try:
+                    self._gateway.event(
+                        pod.namespace, pod.name, pod.uid, CONFLICT_REASON, text, "Warning"
+                    )
+                except GatewayError as exc:
+                    log.info("no %s event for %s: %s", CONFLICT_REASON, pod.key, exc)
+            for obj in conflict.objects:
+                try:
+                    self._gateway.object_event(obj, CONFLICT_REASON, text, "Warning")
+                except GatewayError as exc:
+                    log.info("no %s event for %s: %s", CONFLICT_REASON, obj.display, exc)
 
     def _run(self) -> None:
         last = 0.0

@@ -34,7 +34,7 @@ from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, gangs_of
 from app.core.cycle.outlook import Outlook
-from app.core.cycle.plans import Eviction, Plan, Verdict, lapsed
+from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.queues import QueueConfig
@@ -111,6 +111,10 @@ class Planner:
         self._failed = FailedPlacements()
         self._lowest: tuple[int, int | None] | None = None
         self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
+        # Gangs whose members' keys and group object disagree (last cycle), and what of that
+        # has been reported: (pod uid or group ref, text).
+        self._conflicted: list[Gang] = []
+        self._reported: set[tuple[object, str]] = set()
 
     # -- queries -------------------------------------------------------------------------
 
@@ -270,6 +274,24 @@ class Planner:
             if plan is not None:
                 plan.released = True
 
+    def take_conflicts(self) -> list[Conflict]:
+        """Disagreements between gangs' own keys and their group objects (``Gang.conflicts``)
+        not reported yet: each text once per member and once per object while it lasts."""
+        with self._lock:
+            out: list[Conflict] = []
+            live: set[tuple[object, str]] = set()
+            for gang in self._conflicted:
+                objects = {p.group.ref: p.group for p in gang.members if p.group is not None}
+                for text in gang.conflicts:
+                    pods = [p for p in gang.members if (p.uid, text) not in self._reported]
+                    new = [o for r, o in objects.items() if (r, text) not in self._reported]
+                    live.update((p.uid, text) for p in gang.members)
+                    live.update((r, text) for r in objects)
+                    if pods or new:
+                        out.append(Conflict(gang.key, text, tuple(pods), tuple(new)))
+            self._reported = live
+            return out
+
     def to_nudge(self) -> list[tuple[str, Pod]]:
         """Planned members not yet nudged (so kube-scheduler retries them now); marks them."""
         with self._lock:
@@ -346,6 +368,7 @@ class Planner:
         """One cycle's decisions, all taken in ``session``."""
         snapshot = session.snapshot
         gangs = gangs_of(snapshot, self._gang_memo)
+        self._conflicted = [g for g in gangs.values() if g.conflicts]
         self._queue_names.prune(snapshot)
         self._tidy(session, gangs, now)
         config = self._queues.config

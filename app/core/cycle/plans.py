@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from app.core.actions.victims import Unit
 from app.core.model.gang import Gang
+from app.core.model.groupobjects import GroupObject
+from app.core.model.values import Pod
 
 
 @dataclass(slots=True)
@@ -103,6 +105,17 @@ def lapsed(
         elif plan.expires <= now:
             dropped.append((key, f"plan expired: the gang did not start within {plan_ttl:g}s"))
     return fulfilled, dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A disagreement between a gang's own keys and its group object, to report: on ``pods``
+    (members not told yet) and ``objects`` (group objects not told yet)."""
+
+    gang: str
+    text: str
+    pods: tuple[Pod, ...] = ()
+    objects: tuple[GroupObject, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

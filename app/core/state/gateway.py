@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from app.core.model.errors import GatewayError
+from app.core.model.groupobjects import GroupObject
 from app.core.model.labels import GPU_IDS
 from app.core.model.parse import gpu_ids
 from app.core.model.values import Pod
@@ -59,6 +60,11 @@ class Gateway(Protocol):
     ) -> None:
         """Record an Event about the pod."""
 
+    def object_event(
+        self, obj: GroupObject, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """Record an Event about a group object (a PodGroup, a Workload)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedEvent:
@@ -69,6 +75,8 @@ class RecordedEvent:
     reason: str
     message: str
     kind: str
+    #: ``Pod``, or the group object's kind (``PodGroup``, ``Workload``).
+    about: str = "Pod"
 
 
 def bound_pod(pod: Pod, node: str, annotations: Mapping[str, str]) -> Pod:
@@ -161,3 +169,11 @@ class InMemoryGateway:
     ) -> None:
         with self._lock:
             self.events.append(RecordedEvent(namespace, name, reason, message, kind))
+
+    def object_event(
+        self, obj: GroupObject, reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        with self._lock:
+            self.events.append(
+                RecordedEvent(obj.namespace, obj.object_name, reason, message, kind, obj.kind)
+            )
