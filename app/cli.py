@@ -25,6 +25,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "assume_ttl_seconds": args.assume_ttl,
         "bind_barrier_seconds": args.bind_barrier,
         "plan_ttl_seconds": args.plan_ttl,
+        "group_discovery_seconds": args.group_discovery,
         "queue_file": Path(args.queues) if args.queues else None,
         "default_runtime_seconds": args.default_runtime,
         "mirror_unresolvable": args.mirror_unresolvable,
@@ -189,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep below the extender httpTimeout)")  # fmt: skip
     s.add_argument("--plan-ttl", type=float, default=60.0, metavar="SECONDS",
                    help="how long a gang plan holds its nodes (default 60)")  # fmt: skip
+    s.add_argument("--group-discovery", type=float, default=30.0, metavar="SECONDS",
+                   help="how often to look for PodGroup/Workload APIs the cluster serves "
+                        "(Volcano, coscheduling, scheduling.k8s.io; default 30)")  # fmt: skip
     s.add_argument(
         "--mirror-unresolvable",
         action="store_true",

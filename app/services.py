@@ -85,12 +85,19 @@ def build_services(
     if settings.mode == "cluster":
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway
+        from app.k8s.groups import GroupSync, KubeGroupApi, PriorityClasses
         from app.k8s.owners import NamespaceLister, OwnerLister
         from app.k8s.sync import ClusterSync
 
         api = api_client or load_api_client(settings.kubeconfig, settings.in_cluster or None)
         gateway = gateway or KubeGateway(api)
-        source = ClusterSync(cache, api)
+        groups = GroupSync(
+            cache,
+            KubeGroupApi(api),
+            priority_of=PriorityClasses(api),
+            rediscover=settings.group_discovery_seconds,
+        )
+        source = ClusterSync(cache, api, groups=groups)
         owners, namespaces = OwnerLister(api), NamespaceLister(api)
     else:
         path = settings.cluster_file or DEMO_CLUSTER

@@ -33,6 +33,9 @@ class Settings:
     planner_poll_seconds: float = 0.05
     #: How long a gang's plan holds its reservation before the gang must have started.
     plan_ttl_seconds: float = 60.0
+    #: Seconds between discovery rounds for gang objects (Volcano / coscheduling PodGroup CRDs,
+    #: Kubernetes' PodGroup/Workload API): a CRD installed later is watched within this time.
+    group_discovery_seconds: float = 30.0
     #: Queue configuration file (reloaded when it changes); ``None``: one open queue.
     queue_file: Path | None = None
     #: Also list unresolvable nodes in FailedNodes, for kube-scheduler 1.20 and older, which

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +30,9 @@ from kubernetes.watch.watch import iter_resp_lines
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.state.cache import ClusterCache
+
+if TYPE_CHECKING:
+    from app.k8s.groups import GroupSync
 
 log = logging.getLogger("muster.k8s.sync")
 
@@ -52,7 +55,7 @@ class _SyncError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Kind:
+class Kind:
     """How one resource type is listed, converted and applied to the cache."""
 
     name: str
@@ -85,12 +88,12 @@ def _status_text(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
 
 
-class _Reflector:
+class Reflector:
     """One list+watch loop; runs in its own thread until ``stop`` is set."""
 
     def __init__(
         self,
-        kind: _Kind,
+        kind: Kind,
         stop: threading.Event,
         on_listed: Callable[[], None],
         backoff: float,
@@ -300,7 +303,9 @@ class ClusterSync:
     ``api`` is an ``ApiClient`` (or a ``CoreV1Api``-like object, which is how tests inject a
     fake). ``resync_backoff`` is the first retry delay after an error; it doubles up to 30 s.
     ``watch_timeout`` is the server-side watch duration, which bounds how long a loop can go
-    without looking at the stop flag. Call ``start()`` once and ``stop()`` once.
+    without looking at the stop flag. ``groups`` (``app.k8s.groups``) also keeps the group
+    objects (PodGroups ...) in step; the cache counts as synced once they are listed too.
+    Call ``start()`` once and ``stop()`` once.
     """
 
     def __init__(
@@ -310,14 +315,18 @@ class ClusterSync:
         *,
         resync_backoff: float = 1.0,
         watch_timeout: int = 5,
+        groups: GroupSync | None = None,
     ) -> None:
         self._cache = cache
+        self._groups = groups
+        if groups is not None:
+            groups.on_ready = self._listed
         core = CoreV1Api(api) if isinstance(api, ApiClient) else api
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._nodes = _Reflector(
-            _Kind(
+        self._nodes = Reflector(
+            Kind(
                 "nodes",
                 core.list_node,
                 self._replace_nodes,
@@ -329,8 +338,8 @@ class ClusterSync:
             resync_backoff,
             watch_timeout,
         )
-        self._pods = _Reflector(
-            _Kind(
+        self._pods = Reflector(
+            Kind(
                 "pods",
                 core.list_pod_for_all_namespaces,
                 self._replace_pods,
@@ -355,6 +364,8 @@ class ClusterSync:
             )
             self._threads.append(thread)
             thread.start()
+        if self._groups is not None:
+            self._groups.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both loops and wait up to ``timeout`` seconds for their threads to end."""
@@ -362,6 +373,8 @@ class ClusterSync:
         for reflector in (self._nodes, self._pods):
             reflector.interrupt()
         deadline = time.monotonic() + timeout
+        if self._groups is not None:
+            self._groups.stop(timeout)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -411,7 +424,7 @@ class ClusterSync:
         """Objects that could not be converted and were left out of the cache."""
         return self._nodes.skipped + self._pods.skipped
 
-    def stats(self) -> dict[str, int | bool | str | None]:
+    def stats(self) -> dict[str, Any]:
         """Every status figure in one dict (for a status endpoint or logs)."""
         return {
             "synced": self.synced,
@@ -423,12 +436,14 @@ class ClusterSync:
             "pod_lists": self._pods.lists,
             "relists": self.relists,
             "skipped": self.skipped,
+            **({"groups": self._groups.stats()} if self._groups is not None else {}),
         }
 
     # -- cache plumbing -----------------------------------------------------------------
 
     def _listed(self) -> None:
-        if self._nodes.lists and self._pods.lists and not self._synced.is_set():
+        groups_ready = self._groups is None or self._groups.ready.is_set()
+        if self._nodes.lists and self._pods.lists and groups_ready and not self._synced.is_set():
             self._cache.mark_synced()
             self._synced.set()
             log.info("initial sync complete")
