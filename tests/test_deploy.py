@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from app.core.admission.workloads import KINDS
+from app.core.model.groupobjects import GROUP_KINDS
 from app.core.model.queues import parse_queue_config
 from app.settings import Settings
 
@@ -118,9 +119,17 @@ def test_muster_rbac_covers_what_the_code_does(objects: dict) -> None:
     assert "create" in allowed("", "events")
     for kind in KINDS:  # every workload the webhook may read
         assert "get" in allowed(kind.group, kind.plural), kind.resource
+    for group_kind in GROUP_KINDS:  # every gang object the cache may watch
+        assert {"list", "watch"} <= allowed(group_kind.group, group_kind.plural)
+    assert "get" in allowed("scheduling.k8s.io", "priorityclasses")
     granted = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
     core = {"nodes", "pods", "pods/binding", "pods/eviction", "namespaces", "events"}
-    expected = {("", r) for r in core} | {(k.group, k.plural) for k in KINDS}
+    expected = (
+        {("", r) for r in core}
+        | {(k.group, k.plural) for k in KINDS}
+        | {(k.group, k.plural) for k in GROUP_KINDS}
+        | {("scheduling.k8s.io", "priorityclasses")}
+    )
     assert granted == expected, "nothing beyond what Muster uses"
     assert all("*" not in r["verbs"] for r in rules)
 
