@@ -120,6 +120,32 @@ def gangs(request: Request) -> dict[str, Any]:
     return {"count": len(items), "gangs": items}
 
 
+@router.get("/groups", summary="Gang objects (PodGroups, Workload groups) read from the API")
+def groups(request: Request) -> dict[str, Any]:
+    """Every group object the cache holds (``app.core.model.groupobjects``): where it comes
+    from, what it says (minMember, queue, priority, timeout, minResources), and why it cannot be
+    used as it stands (``problem``)."""
+    items = [
+        {
+            "source": g.source,
+            "object": g.display,
+            "apiVersion": g.api_version,
+            "namespace": g.namespace,
+            "name": g.name,
+            "gang": g.gang,
+            "minMember": g.min_member,
+            "queue": g.queue or None,
+            "priorityClassName": g.priority_class or None,
+            "priority": g.priority,
+            "timeoutSeconds": g.timeout,
+            "minResources": _amounts(g.min_resources) if g.min_resources else None,
+            "problem": g.problem,
+        }
+        for g in request.app.state.muster.cache.groups()
+    ]
+    return {"count": len(items), "groups": items}
+
+
 @router.get("/queues", summary="The queue tree with quotas, usage, borrowing and fair shares")
 def queues(request: Request) -> dict[str, Any]:
     """Per queue: guaranteed, limit, weight, usage, borrowed, lent, fair share (deserved) and

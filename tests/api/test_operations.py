@@ -6,6 +6,7 @@ import json
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.core.model.groupobjects import volcano_podgroup
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.main import create_app
@@ -121,3 +122,21 @@ def test_each_app_has_its_own_state() -> None:
     first, second = create_app(), create_app()
     assert first.state.muster.cache is not second.state.muster.cache
     assert first.state.metrics.registry is not second.state.metrics.registry
+
+
+def test_debug_groups_lists_the_group_objects() -> None:
+    app = create_app()
+    cache = app.state.muster.cache
+    (vc,) = volcano_podgroup(
+        {"metadata": {"name": "train", "namespace": "team-a"},
+         "spec": {"minMember": 4, "queue": "research", "minResources": {"nvidia.com/gpu": "4"}}},
+        "scheduling.volcano.sh/v1beta1",
+    )  # fmt: skip
+    cache.upsert_groups([vc])
+    with running(app) as client:
+        body = client.get("/debug/groups").json()
+    assert body["count"] == 1
+    (row,) = body["groups"]
+    assert row["object"] == "PodGroup.scheduling.volcano.sh team-a/train"
+    assert (row["source"], row["minMember"], row["queue"]) == ("volcano", 4, "research")
+    assert row["minResources"]["nvidia.com/gpu"] == "4" and row["problem"] == ""
