@@ -113,9 +113,17 @@ def cluster() -> Iterator[Any]:
         api.close()
 
 
-def podgroup(group: str, version: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
-            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+def stage(cluster: Any, ns: str, api_version: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Namespace ``ns``, a 4-GPU node ``NS-0`` (label ``e2e=NS``) and PodGroup ``ns/ns`` of
+    ``api_version`` with ``spec``; returns the PodGroup as ``/debug/groups`` shows it."""
+    _, core, muster, custom = cluster
+    make_namespace(core, ns)
+    create_gpu_node(core, f"{ns}-0", gpus=4, labels={"e2e": ns})
+    wait_nodes(muster, [f"{ns}-0"])
+    group, version = api_version.split("/")
+    body = {"apiVersion": api_version, "kind": "PodGroup", "metadata": {"name": ns}, "spec": spec}
+    custom.create_namespaced_custom_object(group, version, ns, "podgroups", body)
+    return wait_group(muster, ns, ns)
 
 
 def wait_group(muster: Any, ns: str, name: str) -> dict[str, Any]:
@@ -135,21 +143,15 @@ def gang_row(muster: Any, key: str) -> dict[str, Any] | None:
 
 
 def test_a_volcano_podgroup_holds_its_gang_until_min_member_exist(cluster: Any) -> None:
-    _, core, muster, custom = cluster
-    ns = make_namespace(core, "vc")
-    create_gpu_node(core, "vc-0", gpus=4, labels={"e2e": "vc"})
-    wait_nodes(muster, ["vc-0"])
-    custom.create_namespaced_custom_object(
-        "scheduling.volcano.sh", "v1beta1", ns, "podgroups",
-        podgroup("scheduling.volcano.sh", "v1beta1", "train",
-                 {"minMember": 3, "minResources": {"nvidia.com/gpu": "3"}}),
-    )  # fmt: skip
-    group = wait_group(muster, ns, "train")
+    _, core, muster, _ = cluster
+    ns = "train"
+    spec = {"minMember": 3, "minResources": {"nvidia.com/gpu": "3"}}
+    group = stage(cluster, ns, "scheduling.volcano.sh/v1beta1", spec)
     assert (group["source"], group["minMember"]) == ("volcano", 3)
     assert group["minResources"]["nvidia.com/gpu"] == "3"
 
     def member(i: int) -> dict[str, Any]:
-        pod = gpu_pod(f"train-{i}", 1, ns, "vc")
+        pod = gpu_pod(f"train-{i}", 1, ns, ns)
         # Only Volcano's convention: no Muster labels (no webhook in this harness).
         pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "train"}
         return pod
@@ -172,16 +174,10 @@ def test_a_volcano_podgroup_holds_its_gang_until_min_member_exist(cluster: Any) 
 def test_muster_labels_win_over_a_coscheduling_podgroup_and_it_is_reported(
     cluster: Any,
 ) -> None:
-    _, core, muster, custom = cluster
-    ns = make_namespace(core, "co")
-    create_gpu_node(core, "co-0", gpus=4, labels={"e2e": "co"})
-    wait_nodes(muster, ["co-0"])
-    custom.create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups",
-        podgroup("scheduling.x-k8s.io", "v1alpha1", "co",
-                 {"minMember": 3, "scheduleTimeoutSeconds": 30}),
-    )  # fmt: skip
-    group = wait_group(muster, ns, "co")
+    _, core, muster, _ = cluster
+    ns = "co"
+    spec = {"minMember": 3, "scheduleTimeoutSeconds": 30}
+    group = stage(cluster, ns, "scheduling.x-k8s.io/v1alpha1", spec)
     assert (group["source"], group["minMember"], group["timeoutSeconds"]) == (
         "coscheduling", 3, 30.0)  # fmt: skip
     labels = {"scheduling.x-k8s.io/pod-group": "co", "muster.io/pod-group": "co",
