@@ -213,7 +213,15 @@ def _decide(
     def group_min(ns: str, group: str) -> int | None:
         return agreed_min_member(members(ns, group), ns, group)
 
-    return mutate(pod, namespace, ns_meta, owners, group_min, admission_config(services))
+    return mutate(
+        pod,
+        namespace,
+        ns_meta,
+        owners,
+        group_min,
+        admission_config(services),
+        services.cache.group,
+    )
 
 
 async def _review(

@@ -37,6 +37,7 @@ from app.core.admission.workloads import (
 )
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
+from app.core.model.groupobjects import COSCHEDULING, VOLCANO, GroupObject
 from app.core.model.values import Pod, Resources
 from tests.reviews import (
     apply_patch,
@@ -73,11 +74,24 @@ class Case:
     skipped: str = ""
     agreed: dict[str, int] = field(default_factory=dict)
     config: AdmissionConfig = CONFIG
+    #: Group objects (PodGroups) the cache holds.
+    groups: tuple[GroupObject, ...] = ()
 
 
 def muster_labels(obj: Mapping[str, Any]) -> dict[str, str]:
     found = obj["metadata"].get("labels") or {}
     return {k: v for k, v in found.items() if k.startswith(keys.PREFIX)}
+
+
+PG_CJ = GroupObject(COSCHEDULING, "ml", "cj", "PodGroup", "scheduling.x-k8s.io/v1alpha1", "cj",
+                    min_member=4)  # fmt: skip
+PG_VC = GroupObject(VOLCANO, "ml", "vcpg", "PodGroup", "scheduling.volcano.sh/v1beta1", "vcpg",
+                    min_member=2)  # fmt: skip
+
+
+def with_spec(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    obj["spec"].update(spec)
+    return obj
 
 
 def vc_annotations(group: str, min_member: str | None = None) -> dict[str, str]:
@@ -211,6 +225,31 @@ CASES = [
         job_pod("cj", labels={"scheduling.x-k8s.io/pod-group": "cj"}),
         {G: "cj", M: "6"},
         owners={(JOB, "cj"): job_obj("cj", 6)},
+    ),
+    Case(
+        "coscheduling group named after the Job, its PodGroup known: the PodGroup sizes it",
+        job_pod("cj", labels={"scheduling.x-k8s.io/pod-group": "cj"}),
+        {G: "cj"},
+        owners={(JOB, "cj"): job_obj("cj", 6)},
+        groups=(PG_CJ,),
+    ),
+    Case(
+        "Volcano group without min-member whose PodGroup is known: no warning",
+        pod(gpu=1, annotations=vc_annotations("vcpg")),
+        {G: "vcpg"},
+        groups=(PG_VC,),
+    ),
+    Case(
+        "Volcano group without min-member, no PodGroup known: a warning",
+        pod(gpu=1, annotations=vc_annotations("vcpg")),
+        {G: "vcpg"},
+        warnings=["gang ml/vcpg has no min-member"],
+    ),
+    Case(
+        "Kubernetes' gang API (spec.schedulingGroup): no group label, the cache reads it",
+        with_spec(job_pod("kj"), schedulingGroup={"podGroupName": "kj-0"}),
+        {},
+        owners={(JOB, "kj"): job_obj("kj", 4)},
     ),
     Case(
         "coscheduling group spanning workloads: no min-member, with a warning",
@@ -518,6 +557,7 @@ def admit(case: Case, obj: dict[str, Any]) -> Any:
         fetch,
         lambda ns, name: case.agreed.get(name),
         case.config,
+        {g.ref: g for g in case.groups}.get,
     )
     return result, fetch
 

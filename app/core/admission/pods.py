@@ -53,6 +53,7 @@ from app.core.admission.workloads import (
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import gang_spec
+from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
 from app.core.model.labels import is_label_value, label_safe
 from app.core.model.parse import gpu_fraction
 from app.core.model.quantity import parse_milli
@@ -120,6 +121,9 @@ class NamespaceReader(Protocol):
     def __call__(self, name: str) -> NamespaceMeta: ...
     def peek(self, name: str) -> NamespaceMeta | None: ...
 
+
+#: The group object (PodGroup ...) the cache holds for a reference, if any.
+GroupLookup = Callable[[GroupRef], GroupObject | None]
 
 #: The min-member live members of gang ``(namespace, name)`` agree on, if any.
 GroupMinMember = Callable[[str, str], int | None]
@@ -352,11 +356,14 @@ def mutate(
     fetch_owner: OwnerFetch,
     group_min: GroupMinMember,
     config: AdmissionConfig,
+    group_object: GroupLookup | None = None,
 ) -> Admission:
     """Decide how to admit ``pod`` (the AdmissionReview's ``request.object``).
 
-    ``namespace`` is the request's namespace (the pod's own may be empty at creation). Raises
-    ``InvalidInput`` with the field path when the pod JSON is malformed.
+    ``namespace`` is the request's namespace (the pod's own may be empty at creation).
+    ``group_object`` finds the group objects (PodGroups) the cache knows: a gang one of them
+    declares gets no min-member written (the object stays the authority, and may change).
+    Raises ``InvalidInput`` with the field path when the pod JSON is malformed.
     """
     p = _read(pod, namespace)
     if p.namespace in config.excluded_namespaces:
@@ -392,7 +399,7 @@ def mutate(
             f"{p.display}: Muster cannot size a {controller.get('kind')} "
             f"(supported: Job, JobSet, TrainJob, PyTorchJob, RayCluster, LeaderWorkerSet)"
         )
-    group = _group(p, owner, group_min, new, warnings)
+    group = _group(p, owner, group_min, new, warnings, group_object)
     queue = _queue(p, owner, ns, new, warnings)
     patch = _patch(p, config.scheduler_name if scheduler != config.scheduler_name else "", new)
     patch += share_resource_ops(p.spec, p.labels, p.annotations)
@@ -412,16 +419,31 @@ def mutate(
     )
 
 
+def _declared(p: _PodMeta, lookup: GroupLookup | None) -> GroupObject | None:
+    """The gang-declaring group object the pod names, if the cache has one."""
+    if lookup is None:
+        return None
+    for ref in group_refs(p.namespace, p.labels, p.annotations):
+        found = lookup(ref)
+        if found is not None and found.gang:
+            return found
+    return None
+
+
 def _group(
     p: _PodMeta,
     owner: _Owner,
     group_min: GroupMinMember,
     new: dict[str, str],
     warnings: list[str],
+    group_object: GroupLookup | None = None,
 ) -> str:
     """Decide pod-group and min-member (into ``new``); return the group name or ``""``."""
     explicit = keys.lookup(keys.POD_GROUP, p.labels, p.annotations)
     given_min = keys.lookup(keys.MIN_MEMBER, p.labels, p.annotations)
+    if not explicit and any(p.spec.get(f) is not None for f in ("schedulingGroup", "workloadRef")):
+        return ""  # Kubernetes' gang API declares the gang; the cache reads it
+    declared = _declared(p, group_object)
     convention: tuple[str, str | None, str] | None = None
     for group_key, min_key in keys.GROUP_CONVENTIONS[1:]:
         value = keys.lookup(group_key, p.labels, p.annotations)
@@ -446,6 +468,16 @@ def _group(
         name, source = label_safe(owner.gang.name), owner.subject
         new[keys.POD_GROUP] = name
 
+    if (
+        given_min is None
+        and declared is not None
+        and name
+        in (
+            declared.name,
+            label_safe(declared.name),
+        )
+    ):
+        return name  # the group object gives the minimum
     if given_min is not None:
         if _positive(given_min) is None:
             warnings.append(

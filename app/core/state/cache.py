@@ -413,6 +413,11 @@ class ClusterCache:
             self.delete_groups(gone)
             self.upsert_groups(g for g in groups if self._groups.get(g.ref) != g)
 
+    def group(self, ref: GroupRef) -> GroupObject | None:
+        """The group object ``ref`` names, if known."""
+        with self._lock:
+            return self._groups.get(ref)
+
     def groups(self) -> list[GroupObject]:
         """Every group object known, by source, namespace and name."""
         with self._lock:
