@@ -374,3 +374,11 @@ def test_cache_replace_groups_leaves_other_sources_alone() -> None:
     cache.upsert_groups([VC, CO])
     cache.replace_groups([COSCHEDULING], [])
     assert cache.groups() == [VC]
+
+
+def test_a_pod_learnt_from_an_extender_call_gets_its_object() -> None:
+    cache = ClusterCache()
+    cache.upsert_groups([VC])
+    learnt = cache.learn_pod(pod_from_dict(pod_json("c", uid="c", annotations=VC_KEY)))
+    assert learnt.group == VC
+    assert gang_spec(learnt).min_member == 3  # type: ignore[union-attr]

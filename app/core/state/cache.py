@@ -304,7 +304,7 @@ class ClusterCache:
             if known is not None and (known.node_name or not pod.node_name):
                 return known
             self._upsert_pod(pod)
-            return pod
+            return self._pods[pod.uid]  # with its group object attached
 
     def replace_pods(self, pods: Iterable[Pod]) -> None:
         """Make the pod set exactly ``pods`` (a relist); assumed binds in flight survive."""
