@@ -143,12 +143,18 @@ def gang_row(muster: Any, key: str) -> dict[str, Any] | None:
 
 
 def test_a_volcano_podgroup_holds_its_gang_until_min_member_exist(cluster: Any) -> None:
-    _, core, muster, _ = cluster
+    cp, core, muster, _ = cluster
     ns = "train"
-    spec = {"minMember": 3, "minResources": {"nvidia.com/gpu": "3"}}
+    with cp.api_client() as api:
+        kubernetes.client.SchedulingV1Api(api).create_priority_class(
+            {"metadata": {"name": "train-high"}, "value": 1000}
+        )
+    spec = {"minMember": 3, "minResources": {"nvidia.com/gpu": "3"},
+            "priorityClassName": "train-high"}  # fmt: skip
     group = stage(cluster, ns, "scheduling.volcano.sh/v1beta1", spec)
     assert (group["source"], group["minMember"]) == ("volcano", 3)
     assert group["minResources"]["nvidia.com/gpu"] == "3"
+    assert group["priority"] == 1000  # the PriorityClass's value, read from the API
 
     def member(i: int) -> dict[str, Any]:
         pod = gpu_pod(f"train-{i}", 1, ns, ns)
@@ -165,6 +171,7 @@ def test_a_volcano_podgroup_holds_its_gang_until_min_member_exist(cluster: Any) 
         assert row["minMember"] == 3
         assert row["source"] == f"PodGroup.scheduling.volcano.sh {ns}/train"
         assert row["conflicts"] == []
+        assert row["priority"] == 1000
         assert seen.placements == {}, "no member may start before the gang is whole"
         core.create_namespaced_pod(ns, member(2))
         wait_for(lambda: len(seen.placements) == 3, 60, "the gang to be bound whole")
