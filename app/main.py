@@ -45,7 +45,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.muster = services
-    app.state.metrics = metrics.Metrics()  # the HTTP layer's own, per app
+    app.state.metrics = metrics.Metrics(services)  # the HTTP layer's own, per app
     errors.install(app)
     for module in (extender, webhook, debug, explain, health, metrics):
         app.include_router(module.router)

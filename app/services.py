@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from app.core.admission.pods import NamespaceReader, OwnerReader
 from app.core.cycle.loop import PlannerLoop
-from app.core.insight.explain import Headlines
+from app.core.insight.census import CensusTaker
 from app.core.model.clusterfile import load_cluster_file
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
@@ -52,7 +52,7 @@ class Services:
     #: services without a graph.
     journal: Journal | None = None
     timings: Timings | None = None
-    headlines: Headlines | None = None
+    census: CensusTaker | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode) and the planner's background loop."""
@@ -116,5 +116,5 @@ def build_services(
         namespaces,
         graph.journal,
         graph.timings,
-        graph.headlines,
+        graph.census,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
+from app.core.insight.census import CensusTaker
 from app.core.insight.explain import Headlines
 from app.core.policies.fgd import default_policy
 from app.core.policies.gpuplacement import GpuPlacement
@@ -56,6 +57,8 @@ class Graph:
     timings: Timings
     #: Each waiting gang's ``category: summary`` per cycle (filter reasons, events, metrics).
     headlines: Headlines
+    #: Gangs, queues and free GPUs counted for metrics (on the headlines' per-cycle look).
+    census: CensusTaker
 
 
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
@@ -129,4 +132,5 @@ def build_graph(
         journal,
         timings,
         headlines,
+        CensusTaker(headlines.outlook),
     )

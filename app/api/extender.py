@@ -202,5 +202,5 @@ async def bind(request: Request) -> Response:
         outcome = await services.extender.bind(
             args.PodNamespace, args.PodName, args.PodUID, args.Node
         )
-        metrics.binds.labels(outcome.reason).inc()
+        metrics.bound(outcome.reason, outcome.error)
         return _json(wire.ExtenderBindingResult(Error=outcome.error))

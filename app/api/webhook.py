@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.errors import BadRequest, parse_body
+from app.api.metrics import Metrics
 from app.core.admission.pods import (
     Admission,
     AdmissionConfig,
@@ -94,6 +95,11 @@ class AdmissionReview(BaseModel):
 def _services(request: Request) -> Services:
     services: Services = request.app.state.muster
     return services
+
+
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
 
 
 def _parse(body: bytes) -> AdmissionRequest:
@@ -235,6 +241,11 @@ async def _review(
 @router.post("/mutate", summary="Mutating admission webhook: Muster's scheduler and gang labels")
 async def mutate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed`` with a JSONPatch (base64) and warnings out."""
+    with _metrics(request).observe_webhook("mutate"):
+        return await _mutate(request)
+
+
+async def _mutate(request: Request) -> Response:
     services, req, pod = await _review(request)
     if pod is None:
         return _answer(req.uid)
@@ -266,6 +277,11 @@ def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> St
 @router.post("/validate", summary="Validating admission webhook: consistent gang metadata")
 async def validate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed``, or refused with a ``status.message`` saying why."""
+    with _metrics(request).observe_webhook("validate"):
+        return await _validate(request)
+
+
+async def _validate(request: Request) -> Response:
     services, req, pod = await _review(request)
     if pod is None:
         return _answer(req.uid)

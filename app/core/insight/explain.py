@@ -475,6 +475,12 @@ def _planned_elsewhere(o: Outlook, job: Job) -> list[Pod]:
     ]
 
 
+def gang_eta(o: Outlook, gang: Gang, category: str) -> float | None:
+    """Seconds until waiting ``gang``, blocked by ``category``, is expected to start (as
+    ``Explanation.eta_seconds``; ``None``: unknown)."""
+    return _eta(o, _gang_job(gang, f"gang {gang.key}"), category)
+
+
 def _eta(o: Outlook, job: Job, category: str) -> float | None:
     if category == "none":
         return 0.0
@@ -749,10 +755,7 @@ class Headlines:
             if hit is not None and hit[0] == cycle:
                 self._tell(pod, hit[1])
                 return hit[1]
-        with self._lock:
-            if self._outlook is None or self._outlook[0] != cycle:
-                self._outlook = (cycle, self._look())
-            outlook = self._outlook[1]
+        outlook = self.outlook(cycle)
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == "unknown":
             return None
@@ -763,6 +766,15 @@ class Headlines:
             self._memo[spec.key] = (cycle, text)
             self._tell(pod, text)
         return text
+
+    def outlook(self, cycle: int | None = None) -> Outlook:
+        """The planner's outlook, looked at once per planner cycle (``cycle``: the current
+        one, if the caller already asked)."""
+        cycle = self._cycles() if cycle is None else cycle
+        with self._lock:
+            if self._outlook is None or self._outlook[0] != cycle:
+                self._outlook = (cycle, self._look())
+            return self._outlook[1]
 
     def _tell(self, pod: Pod, text: str) -> None:
         if self._said.get(pod.uid) == text:
