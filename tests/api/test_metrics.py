@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -92,3 +94,19 @@ def test_the_scheduler_families_and_a_failing_census() -> None:
         assert after[("muster_census_up", ())] == 0
         assert ("muster_decisions_total", (("kind", "plan"),)) in after
         assert not any(name == "muster_gangs_waiting" for name, _ in after)
+
+
+def test_the_readme_lists_every_family_served() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Metrics (`GET /metrics`)", 1)[1].split("\n### ", 1)[0]
+    documented = {
+        name.removesuffix("_total")
+        for line in section.splitlines()
+        if line.startswith("| `muster_")
+        for name in re.findall(r"`(muster_\w+)`", line.split("|")[1])
+    }
+    with running(create_app()) as client:
+        families = text_string_to_metric_families(client.get("/metrics").text)
+        # (the text format shows an unlabelled counter's creation time as a family of its own)
+        served = {f.name for f in families if not f.name.endswith("_created")}
+    assert documented == served
