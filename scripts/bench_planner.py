@@ -149,16 +149,24 @@ def main(argv: list[str] | None = None) -> int:
         f"planner cycle: {args.nodes} nodes x 8 GPUs, {args.gangs} gangs x {args.size} pods "
         f"({len(pods)} pending), {args.queues} queue(s); {planned[0]} gangs planned"
     )
-    print(f"{'':24} {'median ms':>10} {'best ms':>10} {'x baseline':>11}")
-    b = statistics.median(base)
-    for label, values in (
-        ("full cycle", full),
-        ("cycle after one change", after),
-        ("baseline (snapshot+gangs)", base),
-    ):
-        m = statistics.median(values)
-        print(f"{label:24} {m:10.1f} {min(values):10.1f} {m / b:11.1f}")
+    table(
+        [
+            ("full cycle", full),
+            ("cycle after one change", after),
+            ("baseline (snapshot+gangs)", base),
+        ],
+        base,
+    )
     return 0
+
+
+def table(rows: list[tuple[str, list[float]]], base: list[float], width: int = 24) -> None:
+    """Print median and best milliseconds of each row, and the median over ``base``'s."""
+    print(f"{'':{width}} {'median ms':>10} {'best ms':>10} {'x baseline':>11}")
+    b = statistics.median(base)
+    for label, values in rows:
+        m = statistics.median(values)
+        print(f"{label:{width}} {m:10.1f} {min(values):10.1f} {m / b:11.1f}")
 
 
 if __name__ == "__main__":

@@ -256,6 +256,16 @@ def _census_families(c: Census) -> Iterator[Metric]:
     )
     unlisted.add_metric([], c.unlisted)
     yield unlisted
+    lagging = GaugeMetricFamily(
+        "muster_census_lagging_gangs",
+        "Waiting gangs whose category is from an older cluster state (stale) or not judged yet "
+        "(unjudged: not in muster_gangs_waiting); each census explains changed gangs within a "
+        "time budget.",
+        labels=["why"],
+    )
+    lagging.add_metric(["stale"], c.stale)
+    lagging.add_metric(["unjudged"], c.unjudged)
+    yield lagging
     yield from _gang_families(c)
     yield from _queue_families(c)
     f = c.fragmentation
@@ -297,7 +307,7 @@ def _gang_families(c: Census) -> Iterator[Metric]:
     )
     eta = GaugeMetricFamily(
         "muster_gang_eta_seconds",
-        "Seconds until a waiting gang is expected to start (absent when unknown).",
+        "Seconds until a waiting gang is expected to start (the oldest ones; absent when unknown).",
         labels=labels,
     )
     overdue = GaugeMetricFamily(

@@ -10,6 +10,7 @@ import pytest
 from app.core.insight.census import CensusTaker, census
 from app.core.insight.explain import explain_gang
 from tests.core.scenario import NAMESPACE, NOW, Box, Job, Queue, Scenario, boxes, planner_for
+from tests.factories import node
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,36 @@ def test_the_first_promised_start_is_kept_while_the_gang_waits() -> None:
     taker = CensusTaker(lambda: replace(outlook, now=clock[0]))
     first = taker.take().waiting[0]
     assert first.promised_start == pytest.approx(NOW + 100)  # busy should end in 100 s
-    clock[0] = NOW + 400  # busy overran its declared runtime: the ETA moves, the promise not
+    clock[0] = NOW + 400  # busy overran its declared runtime; the gang still waits
     later = taker.take().waiting[0]
     assert later.promised_start == first.promised_start
-    assert later.eta_start is not None and later.eta_start >= NOW + 400
+    assert later.created == NOW - 60
+    fresh = CensusTaker(lambda: replace(outlook, now=clock[0])).take().waiting[0]
+    assert fresh.eta_start == pytest.approx(NOW + 400)  # explained now: expected now
+    assert fresh.promised_start == fresh.eta_start  # a new taker knows no earlier promise
     gone = CensusTaker(lambda: replace(planner_for(world(boxes(1))).look(), now=clock[0]))
     assert gone.take().waiting == ()
+
+
+def test_changed_gangs_are_judged_again_within_the_budget() -> None:
+    row = world(
+        boxes(1),
+        Job("busy", 1, 8, on="n0", priority=9),
+        Job("a", 1, 8, age=30),
+        Job("b", 1, 8, age=20),
+        Job("c", 1, 8, age=10),
+    )
+    planner = planner_for(row)
+    ticks = iter(range(1000))
+    # every reading of the timer is one second later: one judgement per census
+    taker = CensusTaker(planner.look, budget=1.0, timer=lambda: float(next(ticks)))
+    progress = []
+    for _ in range(4):
+        got = taker.take()
+        progress.append((got.categories["capacity"], got.unjudged, got.stale))
+    assert progress == [(1, 2, 0), (2, 1, 0), (3, 0, 0), (3, 0, 0)]
+    assert [g.key for g in got.waiting] == [f"{NAMESPACE}/{n}" for n in "abc"]
+    # The cluster changes: every judgement is stale until judged again, oldest first.
+    planner._cache.upsert_node(node("n1", gpus=8, labels={"pool": "late"}))
+    stale = [taker.take().stale for _ in range(4)]
+    assert stale == [2, 1, 0, 0]

@@ -10,8 +10,9 @@ longer than its ETA" can be told apart from an ETA that simply moves along with 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,6 +30,8 @@ from app.core.state.queueusage import measure, queue_name
 
 #: Waiting gangs reported one by one (oldest first); the counts cover every one.
 MAX_GANGS = 100
+#: Of those, how many (the oldest) get an ETA: it costs several placement attempts.
+MAX_ETAS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,32 +100,88 @@ class Census:
     fragmentation: Fragmentation
     #: waiting gangs not listed in ``waiting`` (beyond ``MAX_GANGS``)
     unlisted: int = 0
+    #: waiting gangs counted by a judgement made on an older cache generation
+    stale: int = 0
+    #: waiting gangs not judged yet (not counted in ``categories``)
+    unjudged: int = 0
 
 
-def census(o: Outlook, *, max_gangs: int = MAX_GANGS) -> Census:
-    """Count ``o``: every gang's state and, for waiting ones, the category of their first
-    blocker; the ``max_gangs`` oldest waiting gangs with their ETA; queues; fragmentation."""
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What explain says about one waiting gang on the state of cache ``generation``: the
+    category of its first blocker; and its expected start (wall-clock; ``None``: unknown) as
+    judged on generation ``eta_generation`` (``None``: not judged)."""
+
+    generation: int
+    category: str
+    eta_start: float | None = None
+    eta_generation: int | None = None
+
+
+def judge(o: Outlook, gang: Gang) -> Judgement:
+    """The category of waiting ``gang``'s first blocker on ``o`` (a brief explanation)."""
+    namespace, name = gang.key.split("/", 1)
+    category = explain_gang(o, namespace, name, brief=True).category
+    return Judgement(o.session.snapshot.generation, category)
+
+
+def time_it(o: Outlook, gang: Gang, judged: Judgement) -> Judgement:
+    """``judged`` with ``gang``'s expected start on ``o`` (its category must be current)."""
+    seconds = gang_eta(o, gang, judged.category)
+    start = None if seconds is None else o.now + seconds
+    return replace(judged, eta_start=start, eta_generation=o.session.snapshot.generation)
+
+
+def waiting_gangs(o: Outlook) -> tuple[dict[str, int], list[Gang]]:
+    """Gangs by state, and the waiting ones, oldest first."""
     states = dict.fromkeys(STATES, 0)
-    categories = dict.fromkeys(CATEGORIES, 0)
-    waiting: list[tuple[Gang, str, str]] = []
+    waiting = []
     for gang in o.gangs.values():
         state = gang_state(gang, o.plans.get(gang.key))
         states[state] += 1
-        if state != "waiting":
-            continue
-        namespace, name = gang.key.split("/", 1)
-        category = explain_gang(o, namespace, name, brief=True).category
-        categories[category] += 1
-        waiting.append((gang, category, _queue_of(o, gang)))
-    waiting.sort(key=lambda w: (w[0].created, w[0].key))
+        if state == "waiting":
+            waiting.append(gang)
+    waiting.sort(key=lambda g: (g.created, g.key))
+    return states, waiting
+
+
+def census(
+    o: Outlook,
+    *,
+    max_gangs: int = MAX_GANGS,
+    max_etas: int = MAX_ETAS,
+    judged: Mapping[str, Judgement] | None = None,
+) -> Census:
+    """Count ``o``: every gang's state and, for waiting ones, the category of their first
+    blocker; the ``max_gangs`` oldest waiting gangs (the ``max_etas`` oldest with their ETA);
+    queues; fragmentation.
+
+    ``judged`` (gang -> judgement) replaces explaining every waiting gang now: gangs missing
+    from it are counted ``unjudged``, judgements of an older cache generation ``stale``.
+    """
+    states, waiting = waiting_gangs(o)
+    if judged is None:
+        judged = {g.key: judge(o, g) for g in waiting}
+        for gang in waiting[:max_etas]:
+            judged[gang.key] = time_it(o, gang, judged[gang.key])
+    generation = o.session.snapshot.generation
+    categories = dict.fromkeys(CATEGORIES, 0)
     listed = []
-    for gang, category, queue in waiting[:max_gangs]:
-        eta = gang_eta(o, gang, category)
-        start = None if eta is None else o.now + eta
-        listed.append(WaitingGang(gang.key, queue, category, gang.created, start))
     per_queue: dict[str, int] = {}
-    for _, _, queue in waiting:
+    stale = unjudged = 0
+    for i, gang in enumerate(waiting):
+        queue = _queue_of(o, gang)
         per_queue[queue] = per_queue.get(queue, 0) + 1
+        found = judged.get(gang.key)
+        if found is None:
+            unjudged += 1
+            continue
+        stale += found.generation != generation
+        categories[found.category] += 1
+        if i < max_gangs:
+            listed.append(
+                WaitingGang(gang.key, queue, found.category, gang.created, found.eta_start)
+            )
     return Census(
         now=o.now,
         states=states,
@@ -130,9 +189,11 @@ def census(o: Outlook, *, max_gangs: int = MAX_GANGS) -> Census:
         waiting=tuple(listed),
         queues=tuple(_books(o, per_queue)),
         fragmentation=fragmentation(
-            o.session.backfill_view(), [p for g, _, _ in waiting for p in g.pending]
+            o.session.backfill_view(), [p for g in waiting for p in g.pending]
         ),
         unlisted=max(len(waiting) - max_gangs, 0),
+        stale=stale,
+        unjudged=unjudged,
     )
 
 
@@ -204,46 +265,73 @@ def _books(o: Outlook, waiting: dict[str, int]) -> list[QueueBook]:
 
 @dataclass(slots=True)
 class CensusTaker:
-    """Takes a ``census`` of the planner's current ``Outlook`` (``look``) and remembers the
-    start first promised to each waiting gang; thread-safe."""
+    """Takes a ``census`` of the planner's current ``Outlook`` (``look``); thread-safe.
+
+    Explaining a waiting gang costs about one placement attempt (its ETA several), so the
+    taker remembers each gang's judgement with the cache generation it was made on and only
+    judges again the gangs whose state changed, within ``budget`` seconds (by ``timer``) per
+    census: gangs never judged first, then the stale ones, oldest first. What the budget does
+    not reach keeps its older judgement (``Census.stale``) or is not counted yet
+    (``Census.unjudged``). It also remembers the start first promised to each waiting gang.
+    """
 
     look: Callable[[], Outlook]
     max_gangs: int = MAX_GANGS
+    max_etas: int = MAX_ETAS
+    budget: float = 1.0
+    timer: Callable[[], float] = time.perf_counter
+    _judged: dict[str, Judgement] = field(default_factory=dict)
     _promised: dict[str, float] = field(default_factory=dict)
     _seen: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self) -> Census:
         """A census now, each listed waiting gang with the start first promised to it."""
-        counted = census(self.look(), max_gangs=self.max_gangs)
+        o = self.look()
         with self._lock:
-            listed = {w.key for w in counted.waiting}
-            # A gang that stopped waiting (started, or gone) gets a new promise if it waits again.
-            for memory in (self._promised, self._seen):
-                for key in [k for k in memory if k not in listed]:
+            _, waiting = waiting_gangs(o)
+            keys = {g.key for g in waiting}
+            for memory in (self._judged, self._promised, self._seen):
+                for key in [k for k in memory if k not in keys]:
                     del memory[key]
-            waiting = []
+            self._refresh(o, waiting)
+            counted = census(
+                o, max_gangs=self.max_gangs, max_etas=self.max_etas, judged=self._judged
+            )
+            listed = []
             for gang in counted.waiting:
                 if gang.eta_start is not None and gang.key not in self._promised:
                     self._promised[gang.key] = gang.eta_start
                 # Pods without a creation time (standalone): waiting since first counted.
                 seen = self._seen.setdefault(gang.key, counted.now)
-                waiting.append(
-                    WaitingGang(
-                        gang.key,
-                        gang.queue,
-                        gang.category,
-                        gang.created or seen,
-                        gang.eta_start,
-                        self._promised.get(gang.key),
+                listed.append(
+                    replace(
+                        gang,
+                        created=gang.created or seen,
+                        promised_start=self._promised.get(gang.key),
                     )
                 )
-        return Census(
-            counted.now,
-            counted.states,
-            counted.categories,
-            tuple(waiting),
-            counted.queues,
-            counted.fragmentation,
-            counted.unlisted,
-        )
+        return replace(counted, waiting=tuple(listed))
+
+    def _refresh(self, o: Outlook, waiting: list[Gang]) -> None:
+        """Categories first (never judged, then stale; oldest first), then the ETAs of the
+        ``max_etas`` oldest, while the budget lasts (at least one judgement per census)."""
+        generation = o.session.snapshot.generation
+        todo = []
+        for age, gang in enumerate(waiting):
+            found = self._judged.get(gang.key)
+            if found is None or found.generation != generation:
+                todo.append((found is not None, age, gang))
+        todo.sort(key=lambda t: (t[0], t[1]))
+        deadline = self.timer() + self.budget
+        for _, _, gang in todo:
+            if self.timer() > deadline:
+                return
+            self._judged[gang.key] = judge(o, gang)
+        for gang in waiting[: self.max_etas]:
+            found = self._judged[gang.key]
+            if found.eta_generation == generation:
+                continue
+            if self.timer() > deadline:
+                return
+            self._judged[gang.key] = time_it(o, gang, found)
