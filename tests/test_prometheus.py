@@ -74,6 +74,28 @@ def test_promtool_unit_tests_of_the_alerts_pass() -> None:
     assert alerts <= covered, alerts - covered
 
 
+def test_the_dashboard_imports_cleanly() -> None:
+    """One data source input, unique panel ids, every panel queried through it, no overlap."""
+    board = json.loads(DASHBOARD.read_text())
+    (source,) = board["__inputs"]
+    assert (source["name"], source["pluginId"]) == ("DS_PROMETHEUS", "prometheus")
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, (panel["title"], cells[(x, y)])
+                cells[(x, y)] = panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${DS_PROMETHEUS}"
+
+
 # -- staging ----------------------------------------------------------------------------------
 
 
