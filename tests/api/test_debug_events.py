@@ -8,7 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
 from app.main import create_app
+from app.services import Services
+from app.settings import Settings
+from app.wiring import build_graph
 from tests.conftest import running
 from tests.factories import pod_json
 
@@ -94,3 +99,15 @@ def test_the_schema_is_published() -> None:
         assert {p["name"] for p in get["parameters"]} == {"since", "limit"}
         schema = spec["components"]["schemas"]["EventOut"]
         assert set(schema["properties"]["kind"]["enum"]) >= {"plan", "preemption", "rollback"}
+
+
+def test_a_server_built_without_a_journal_says_so() -> None:
+    cache = ClusterCache()
+    gateway = InMemoryGateway(cache)
+    extender = build_graph(Settings(), cache, gateway).extender
+    services = Services(Settings(), cache, gateway, extender)  # no journal handed over
+    with running(create_app(services=services)) as client:
+        answer = client.get("/debug/events")
+        assert answer.status_code == 503
+        assert "without a decision journal" in answer.json()["error"]
+        assert client.get("/metrics").status_code == 200  # the rest of /metrics still works

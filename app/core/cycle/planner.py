@@ -480,11 +480,9 @@ class Planner:
         fulfilled, dropped = lapsed(session.plans, gangs, now, self._plan_ttl)
         for key in fulfilled:
             del session.plans[key]
-        for key, why in dropped:
-            plan = session.plans.get(key)
-            expired = plan is not None and plan.expires <= now and key in gangs
-            self._release(key, why, session)
-            self._note("plan-expired" if expired else "plan-released", key, why)
+        for lapse in dropped:
+            self._release(lapse.gang, lapse.why, session)
+            self._note("plan-expired" if lapse.expired else "plan-released", lapse.gang, lapse.why)
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]

@@ -81,18 +81,28 @@ class Plan:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Lapse:
+    """A plan to release: its gang, why, and whether it ran out of time (else its gang or a
+    planned member is gone)."""
+
+    gang: str
+    why: str
+    expired: bool = False
+
+
 def lapsed(
     plans: Mapping[str, Plan], gangs: Mapping[str, Gang], now: float, plan_ttl: float
-) -> tuple[list[str], list[tuple[str, str]]]:
+) -> tuple[list[str], list[Lapse]]:
     """The plans that are over: those fulfilled (every planned member still there holds its
-    node), and those to release with why (the gang is gone; or, before it runs, a core member
-    was deleted or the plan expired)."""
+    node), and those to release (the gang is gone; or, before it runs, a core member was
+    deleted or the plan expired)."""
     fulfilled: list[str] = []
-    dropped: list[tuple[str, str]] = []
+    dropped: list[Lapse] = []
     for key, plan in plans.items():
         gang = gangs.get(key)
         if gang is None:
-            dropped.append((key, "gang is gone"))
+            dropped.append(Lapse(key, "gang is gone"))
             continue
         live = {p.uid for p in gang.members}
         bound = {p.uid for p in gang.bound}
@@ -101,9 +111,10 @@ def lapsed(
         elif gang.running:
             continue
         elif any(u not in live for u in plan.core):
-            dropped.append((key, "a planned member was deleted"))
+            dropped.append(Lapse(key, "a planned member was deleted"))
         elif plan.expires <= now:
-            dropped.append((key, f"plan expired: the gang did not start within {plan_ttl:g}s"))
+            why = f"plan expired: the gang did not start within {plan_ttl:g}s"
+            dropped.append(Lapse(key, why, expired=True))
     return fulfilled, dropped
 
 
