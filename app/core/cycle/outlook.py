@@ -7,7 +7,8 @@ planner's plans, reasons and settings, so the answers are pure functions of it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from app.core.actions.backfill import Reservation
 from app.core.cycle.plans import Plan
@@ -38,3 +39,5 @@ class Outlook:
     scheduler_name: str
     preemption: bool
     protection: Protection
+    #: Results computed once per outlook by the questions asked of it (they change nothing).
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -302,7 +302,7 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
         return
     ahead = _planned_elsewhere(o, job)
     if ahead:
-        freed = without(o.session.snapshot, ahead, view)
+        freed = _without_planned(o, view, job, ahead)
         if place_job(o, freed, job, ask).complete:
             gangs = sorted({o.session.snapshot.gang_members.get(p.uid, p.key) for p in ahead})
             out.category = "priority"
@@ -461,6 +461,20 @@ def place_job(o: Outlook, view: NodeView, job: Job, ask: Ask | None) -> Topology
     pinned = sorted({placement.get(p.uid) or p.node_name for p in job.bound} - {""})
     tree = tree_for(view.table, o.topology_keys)
     return allocate_topology(view, job.core, tree=tree, ask=ask, strategy=o.strategy, pinned=pinned)
+
+
+def _without_planned(o: Outlook, view: NodeView, job: Job, ahead: list[Pod]) -> NodeView:
+    """``view`` without the pods ``ahead`` (``_planned_elsewhere``) hold, once per outlook:
+    every waiting gang without a plan of its own frees the same pods, all planned ones, from
+    one of two views."""
+    key = ("without-planned", id(view), job.key if job.key in o.plans else "")
+    hit = o.memo.get(key)
+    if hit is not None and hit[0] is view:
+        freed: NodeView = hit[1]
+        return freed
+    freed = without(o.session.snapshot, ahead, view)
+    o.memo[key] = (view, freed)
+    return freed
 
 
 def _planned_elsewhere(o: Outlook, job: Job) -> list[Pod]:
