@@ -17,6 +17,7 @@ from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
 from app.core.insight.explain import Headlines
 from app.core.policies.fgd import default_policy
+from app.core.policies.gangorder import gang_order
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
@@ -97,6 +98,11 @@ def build_graph(
         protection=MinRuntime(lambda: queues.config, settings.min_runtime_seconds),
         journal=journal,
         timings=timings,
+        order=gang_order(
+            settings.gang_order,
+            settings.longest_first_window_seconds,
+            settings.default_runtime_seconds,
+        ),
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))

@@ -14,7 +14,7 @@ from app.core.cycle.plans import Plan
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang
 from app.core.model.queues import QueueConfig
-from app.core.policies.interfaces import Protection
+from app.core.policies.interfaces import GangOrder, Protection
 from app.core.state.queueusage import QueueUsage
 
 
@@ -38,3 +38,5 @@ class Outlook:
     scheduler_name: str
     preemption: bool
     protection: Protection
+    #: The order of gangs within a queue (``app.core.policies.gangorder``).
+    order: GangOrder

@@ -41,7 +41,8 @@ from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
 from app.core.policies.drf import order_key
-from app.core.policies.interfaces import Protection
+from app.core.policies.gangorder import LongestFirst
+from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
@@ -75,12 +76,15 @@ class Planner:
         protection: Protection | None = None,
         journal: Journal | None = None,
         timings: Timings | None = None,
+        order: GangOrder | None = None,
     ) -> None:
-        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``.
+        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``;
+        ``order`` (gangs within a queue) to ``LongestFirst``.
 
         ``journal`` (if any) records plans made, expired and released; ``timings`` (if any)
         counts how long each cycle takes.
         """
+        self._order: GangOrder = order or LongestFirst(default_runtime=default_runtime)
         self._cache = cache
         self._journal = journal
         self._timings = timings
@@ -214,6 +218,7 @@ class Planner:
                 scheduler_name=self._scheduler_name,
                 preemption=self._preemption,
                 protection=self._protection,
+                order=self._order,
             )
 
     def describe(self) -> list[dict[str, Any]]:
@@ -384,7 +389,7 @@ class Planner:
                 continue
             by_queue.setdefault(self._queue_of(gang, config), []).append(gang)
         for line in by_queue.values():
-            line.sort(key=lambda g: (-g.priority, g.created, g.key))
+            line.sort(key=self._order.key)
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
         while by_queue:

@@ -447,7 +447,7 @@ def _position(o: Outlook, job: Job, queue: str) -> dict[str, Any] | None:
             for g in o.gangs.values()
             if not g.running and g.key not in o.plans and (_queue_of(o, _gang_job(g, "")) == queue)
         ),
-        key=lambda g: (-g.priority, g.created, g.key),
+        key=o.order.key,
     )
     keys = [g.key for g in line]
     if job.key not in keys:
