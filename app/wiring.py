@@ -108,7 +108,7 @@ def build_graph(
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
-    headlines = Headlines(planner.look, lambda: planner.cycles)
+    headlines = Headlines(lambda: planner.look(wait=False), lambda: planner.cycles)
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
     )

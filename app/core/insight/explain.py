@@ -727,9 +727,10 @@ def _spread(nodes: Any) -> str:
 class Headlines:
     """``category: summary (gang KEY)`` for waiting gang members, as filter tells
     kube-scheduler (so its FailedScheduling events and PodScheduled conditions tell the same
-    story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle."""
+    story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle.
+    ``look`` may answer ``None`` (the planner is busy with a cycle): no headline then."""
 
-    def __init__(self, look: Callable[[], Outlook], cycles: Callable[[], int]) -> None:
+    def __init__(self, look: Callable[[], Outlook | None], cycles: Callable[[], int]) -> None:
         self._look = look
         self._cycles = cycles
         self._lock = threading.Lock()
@@ -751,7 +752,10 @@ class Headlines:
                 return hit[1]
         with self._lock:
             if self._outlook is None or self._outlook[0] != cycle:
-                self._outlook = (cycle, self._look())
+                look = self._look()
+                if look is None:
+                    return None
+                self._outlook = (cycle, look)
             outlook = self._outlook[1]
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == "unknown":
