@@ -426,9 +426,6 @@ class Planner:
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
         while by_queue:
-            # Let a request thread waiting for the GIL run now, not after the interpreter's
-            # switch interval (5 ms): a cycle is long, and filter must not wait behind it.
-            time.sleep(0)
             # Weighted DRF across queues (hierarchically), priority then age within one.
             queue = min(
                 by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q)
