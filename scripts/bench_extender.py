@@ -88,7 +88,7 @@ from app.core.model.clusterfile import load_cluster_file  # noqa: E402
 from app.core.model.labels import GPU_IDS  # noqa: E402
 from app.core.model.parse import pod_from_dict  # noqa: E402
 from app.core.model.values import Pod  # noqa: E402
-from app.core.verbs.filter import FilterResult, filter_nodes  # noqa: E402
+from app.core.verbs.filter import filter_nodes  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
 
@@ -346,15 +346,6 @@ def http_floor(client: httpx.Client, requests: int) -> Latency:
     return Latency.of(samples[20:])
 
 
-def encode_filter_answer(result: FilterResult) -> str:
-    """The filter answer as ``app/api/extender.py`` builds it (NodeNames mode); keep in sync."""
-    return wire.ExtenderFilterResult(
-        NodeNames=result.feasible,
-        FailedNodes={**result.failed, **result.unresolvable},
-        FailedAndUnresolvableNodes=result.unresolvable,
-    ).model_dump_json()
-
-
 def measure_in_process(
     case: Case,
     template: BodyTemplate,
@@ -364,7 +355,7 @@ def measure_in_process(
     time_limit: float,
 ) -> dict[str, Latency]:
     """Time the core verbs and the wire work around them, without HTTP."""
-    from app.api.extender import _PRIORITIES as REAL_PRIORITIES
+    from app.api.extender import _ANSWERS, _RANKINGS
     from app.services import build_services
     from app.settings import Settings
 
@@ -388,8 +379,9 @@ def measure_in_process(
         t2 = clock()
         scores = extender.prioritize(pod, ranked)
         t3 = clock()
-        encode_filter_answer(result)
-        REAL_PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in scores])
+        # What the handlers do (NodeNames mode; memoised like the answers they encode).
+        _ANSWERS.encode(result, False)
+        _RANKINGS.encode(scores)
         t4 = clock()
         # What the first pod after a change pays: the decision without the extender's memo.
         filter_nodes(services.cache.view(), pod, args.NodeNames or [])

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -163,21 +165,59 @@ def solo_pod(i: int, gang: str = "") -> Pod:
     )  # fmt: skip
 
 
+class TimedLock:
+    """Wraps the cache's or planner's lock: adds up how long the measuring thread waits to
+    acquire it (``waited``, seconds). Uncontended acquisitions cost no wait; a contended one
+    counts until the thread holds the lock and the GIL again."""
+
+    def __init__(self, inner: Any, thread: threading.Thread) -> None:
+        self._inner = inner
+        self._thread = thread
+        self.waited = 0.0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.current_thread() is not self._thread:
+            return bool(self._inner.acquire(blocking, timeout))
+        begin = time.perf_counter()
+        got = bool(self._inner.acquire(blocking, timeout))
+        self.waited += time.perf_counter() - begin
+        return got
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def filter_latency(
-    extender: Extender, names: list[str], planned: Pod, calls: int, start: int
-) -> dict[str, list[float]]:
-    """Milliseconds of ``calls`` filter calls of each kind (see the module docstring)."""
-    out: dict[str, list[float]] = {"pod on its own": [], "planned member": [], "unplanned gang": []}
+    extender: Extender,
+    names: list[str],
+    planned: Pod,
+    calls: int,
+    start: int,
+    locks: list[TimedLock],
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Milliseconds of ``calls`` filter calls of each kind (see the module docstring), and
+    of each call spent waiting for the cache's and planner's locks."""
+    kinds = ("pod on its own", "planned member", "unplanned gang")
+    out: dict[str, list[float]] = {k: [] for k in kinds}
+    waits: dict[str, list[float]] = {k: [] for k in kinds}
     for i in range(start, start + calls):
         for kind, pod, candidates in (
             ("pod on its own", solo_pod(i), names),
             ("planned member", planned, names),
             ("unplanned gang", solo_pod(i, gang=f"probe-{i}"), names),
         ):
+            before = sum(lock.waited for lock in locks)
             begin = time.perf_counter()
             extender.filter(pod, candidates)
             out[kind].append((time.perf_counter() - begin) * 1000)
-    return out
+            waits[kind].append((sum(lock.waited for lock in locks) - before) * 1000)
+    return out, waits
 
 
 def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list[str]:
@@ -194,8 +234,12 @@ def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list
     member = cache.pod(next(iter(plan.members)))
     assert member is not None
     names = [n.name for n in nodes]
-    filter_latency(extender, names, member, 5, -100)  # warm-up
-    alone = filter_latency(extender, names, member, calls, 0)
+    me = threading.current_thread()
+    # Measuring only: the locks are wrapped to time how long filter waits for them.
+    locks = [TimedLock(cache._lock, me), TimedLock(planner._lock, me)]
+    cache._lock, planner._lock = locks  # type: ignore[assignment]
+    filter_latency(extender, names, member, 5, -100, locks)  # warm-up
+    alone, _ = filter_latency(extender, names, member, calls, 0, locks)
     stop = threading.Event()
     cycles: list[float] = []
 
@@ -212,26 +256,33 @@ def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list
     try:
         while not cycles:  # the first cycle is under way once one has finished
             time.sleep(0.01)
-        busy = filter_latency(extender, names, member, calls, calls)
+        busy, waits = filter_latency(extender, names, member, calls, calls, locks)
     finally:
         stop.set()
         thread.join()
     lines = [
         f"filter while cycles run ({len(cycles)} full cycles in the other thread, median "
-        f"{statistics.median(cycles):.0f} ms; {calls} calls of each kind; ms):",
+        f"{statistics.median(cycles):.0f} ms; {calls} calls of each kind; load average "
+        f"{os.getloadavg()[0]:.1f}; ms):",
         f"{'':18} {'alone p50':>10} {'p99':>7} {'max':>7} {'cycling p50':>12} {'p99':>7} "
-        f"{'max':>7} {'wait p50':>9} {'wait max':>9}",
+        f"{'max':>7} {'lock wait p99':>14} {'max':>7}",
     ]
     for kind in alone:
-        a, b = sorted(alone[kind]), sorted(busy[kind])
-        a50, b50 = statistics.median(a), statistics.median(b)
-        a99, b99 = a[int(0.99 * (len(a) - 1))], b[int(0.99 * (len(b) - 1))]
+        a, b, w = sorted(alone[kind]), sorted(busy[kind]), sorted(waits[kind])
         lines.append(
-            f"{kind:18} {a50:10.2f} {a99:7.2f} {a[-1]:7.2f} {b50:12.2f} {b99:7.2f} "
-            f"{b[-1]:7.2f} {b50 - a50:9.2f} {b[-1] - a50:9.2f}"
+            f"{kind:18} {statistics.median(a):10.2f} {_p99(a):7.2f} {a[-1]:7.2f} "
+            f"{statistics.median(b):12.2f} {_p99(b):7.2f} {b[-1]:7.2f} {_p99(w):14.2f} "
+            f"{w[-1]:7.2f}"
         )
-    lines.append("wait = cycling - alone p50; target: wait max <= 5 ms")
+    lines.append(
+        "lock wait: time the call waited for the cache's or planner's lock (held by the cycle "
+        "thread), GIL hand-over included; target: never more than 5 ms"
+    )
     return lines
+
+
+def _p99(values: list[float]) -> float:
+    return values[int(0.99 * (len(values) - 1))]
 
 
 def main(argv: list[str] | None = None) -> int:
