@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app import __version__, client
 from app.core.model.errors import MusterError
+from app.core.policies.gangorder import GANG_ORDERS
 from app.core.state.domains import DEFAULT_KEYS
 from app.core.verbs.prioritize import STRATEGIES
 from app.settings import Settings
@@ -28,6 +29,8 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "group_discovery_seconds": args.group_discovery,
         "queue_file": Path(args.queues) if args.queues else None,
         "default_runtime_seconds": args.default_runtime,
+        "gang_order": args.gang_order,
+        "longest_first_window_seconds": args.longest_first_window,
         "mirror_unresolvable": args.mirror_unresolvable,
         "min_runtime_seconds": args.min_runtime,
         "preemption": not args.no_preemption,
@@ -205,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never evict gangs for higher-priority gangs or reclaim")  # fmt: skip
     s.add_argument("--default-runtime", type=float, default=3600.0, metavar="SECONDS",
                    help="expected runtime of pods that declare none (default 3600)")  # fmt: skip
+    s.add_argument("--gang-order", choices=GANG_ORDERS, default="longest-first",
+                   help="order of equal-priority gangs in a queue: longest-first (declared "
+                        "runtime counts as extra age, up to --longest-first-window) or fifo "
+                        "(default longest-first)")  # fmt: skip
+    s.add_argument("--longest-first-window", type=float, default=600.0, metavar="SECONDS",
+                   help="most queue position a declared runtime buys (default 600)")  # fmt: skip
     s.add_argument("--queues", metavar="FILE",
                    help="queue configuration (YAML; reloaded when it changes)")  # fmt: skip
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

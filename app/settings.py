@@ -49,6 +49,10 @@ class Settings:
     #: Expected runtime of running pods that declare none (``muster.io/expected-runtime``),
     #: used to predict when reserved nodes free up.
     default_runtime_seconds: float = 3600.0
+    #: Order of gangs within a queue (``app.core.policies.gangorder``): ``longest-first`` or
+    #: ``fifo``; and how much queue position a declared runtime may buy (``longest-first``).
+    gang_order: str = "longest-first"
+    longest_first_window_seconds: float = 600.0
     #: The admission webhook sets this ``spec.schedulerName`` (the profile in scheduler-config/).
     scheduler_name: str = "muster"
     #: Muster's own namespace: the webhook never touches pods there (nor in kube-system).

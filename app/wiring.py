@@ -18,6 +18,7 @@ from app.core.cycle.planner import Planner
 from app.core.insight.census import CensusTaker
 from app.core.insight.explain import Headlines
 from app.core.policies.fgd import default_policy
+from app.core.policies.gangorder import gang_order
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
@@ -100,12 +101,17 @@ def build_graph(
         protection=MinRuntime(lambda: queues.config, settings.min_runtime_seconds),
         journal=journal,
         timings=timings,
+        order=gang_order(
+            settings.gang_order,
+            settings.longest_first_window_seconds,
+            settings.default_runtime_seconds,
+        ),
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
-    headlines = Headlines(planner.look, lambda: planner.cycles)
+    headlines = Headlines(lambda: planner.look(wait=False), lambda: planner.cycles)
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
     )
@@ -132,5 +138,6 @@ def build_graph(
         journal,
         timings,
         headlines,
-        CensusTaker(headlines.outlook),
+        # The headlines' once-per-cycle outlook, or (planner busy) the next one, waited for.
+        CensusTaker(lambda: headlines.outlook() or planner.look()),
     )

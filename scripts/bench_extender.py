@@ -39,8 +39,16 @@ Design choices:
 * The latency measured is the client's view (send, server work, receive), so it includes the
   httpx client's own cost; the ``HTTP floor`` line (an empty ``GET`` on the null server) shows
   that constant share.
-* Nothing is bound, so the cluster stays empty and every pod sees the same cluster; Muster's
-  cache learns one pending pod per filter call, as it would from kube-scheduler.
+* Nothing is bound, so every pod sees the same cluster; Muster's cache learns one pending
+  pod per filter call, as it would from kube-scheduler. Every pod has the same shape, so
+  after the first one Muster answers from its memo (``FilterMemo``, and the encoded answer):
+  what the pods of one workload cost between two changes of node usage. The in-process
+  table also times ``filter_nodes`` without the memo (what the first pod after a change
+  pays).
+* ``--openb`` adds the openb node list (1213 nodes, ``app.sim.tracedata``) empty and full:
+  every pod of the openb trace that the simulator's default policy places is loaded bound
+  where it placed it, with its devices, so a 1-GPU pod fits nowhere and filter gives a
+  reason for each of the 1213 nodes.
 
 This prints figures and the project's targets next to them; it is not a pass/fail test.
 Runtime is bounded by ``--requests`` and by ``--time-limit``: per size, at most that many seconds
@@ -75,8 +83,12 @@ from fastapi import FastAPI, Request, Response  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 from app.api import wire  # noqa: E402
+from app.core.gpu.table import GpuTable  # noqa: E402
+from app.core.model.clusterfile import load_cluster_file  # noqa: E402
+from app.core.model.labels import GPU_IDS  # noqa: E402
 from app.core.model.parse import pod_from_dict  # noqa: E402
-from app.core.verbs.filter import FilterResult  # noqa: E402
+from app.core.model.values import Pod  # noqa: E402
+from app.core.verbs.filter import filter_nodes  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
 
@@ -110,8 +122,9 @@ class BodyTemplate:
     text: str
 
     def render(self, index: int) -> tuple[bytes, str]:
-        """The body for pod number ``index`` (fresh name and uid), and that uid."""
-        uid = str(uuid.uuid4())
+        """The body for pod number ``index`` (its own name and uid, the same for every body
+        rendered for that index: filter and prioritize of one pod), and that uid."""
+        uid = str(uuid.UUID(int=index % (1 << 64)))
         name = f"bench-pod-{index}"
         return self.text.replace(_NAME, name).replace(_UID, uid).encode(), uid
 
@@ -191,8 +204,9 @@ def timed(app: ASGIApp) -> ASGIApp:
     return wrapper
 
 
-def serve(kind: str, cluster: Path | None) -> None:
-    """Child process: serve ``kind`` ("muster" or "null") on an ephemeral loopback port."""
+def serve(kind: str, cluster: Path | None, fill: Path | None = None) -> None:
+    """Child process: serve ``kind`` ("muster" or "null") on an ephemeral loopback port;
+    Muster's cache first learns the bound pods of ``fill`` (see ``fill_pods``)."""
     import uvicorn
 
     if kind == "muster":
@@ -200,6 +214,8 @@ def serve(kind: str, cluster: Path | None) -> None:
         from app.settings import Settings
 
         app = create_app(Settings(mode="standalone", cluster_file=cluster))
+        if fill is not None:
+            app.state.muster.cache.upsert_pods(load_fill(fill))
     else:
         app = create_null_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -212,9 +228,12 @@ def serve(kind: str, cluster: Path | None) -> None:
 
 
 @contextmanager
-def server_process(kind: str, cluster: Path | None = None) -> Iterator[str]:
+def server_process(
+    kind: str, cluster: Path | None = None, fill: Path | None = None
+) -> Iterator[str]:
     """Run a server in a subprocess for the duration of the block; yields its base URL."""
     args = ["--serve", kind, *(["--cluster", str(cluster)] if cluster is not None else [])]
+    args += ["--fill", str(fill)] if fill is not None else []
     with child_server(Path(__file__).resolve(), args, SERVER_START_TIMEOUT) as url:
         yield url
 
@@ -267,13 +286,20 @@ def timed_post(client: httpx.Client, path: str, body: bytes) -> tuple[int, int, 
     return elapsed, int(response.headers.get(APP_TIME_HEADER, 0)), response.content
 
 
-def one_pod(client: httpx.Client, template: BodyTemplate, index: int, into: Latencies) -> None:
-    """filter then prioritize for one fresh pod; records both in ``into``."""
+def one_pod(
+    client: httpx.Client,
+    template: BodyTemplate,
+    ranked: BodyTemplate,
+    index: int,
+    into: Latencies,
+) -> None:
+    """filter (``template``) then prioritize (``ranked``: the feasible nodes) for one fresh
+    pod; records both in ``into``."""
     body, _ = template.render(index)
     f_ns, f_app, answer = timed_post(client, "/filter", body)
     if json.loads(answer).get("Error"):
         raise RuntimeError(f"/filter answered an error: {answer[:300]!r}")
-    p_ns, p_app, _ = timed_post(client, "/prioritize", body)
+    p_ns, p_app, _ = timed_post(client, "/prioritize", ranked.render(index)[0])
     into.add("filter", f_ns, f_app)
     into.add("prioritize", p_ns, p_app)
 
@@ -281,6 +307,7 @@ def one_pod(client: httpx.Client, template: BodyTemplate, index: int, into: Late
 def drive(
     clients: dict[str, httpx.Client],
     template: BodyTemplate,
+    ranked: BodyTemplate,
     requests: int,
     warmup: int,
     time_limit: float,
@@ -289,23 +316,24 @@ def drive(
     scratch = {name: Latencies() for name in clients}
     for i in range(warmup):
         for name, client in clients.items():
-            one_pod(client, template, -1 - i, scratch[name])
+            one_pod(client, template, ranked, -1 - i, scratch[name])
     results = {name: Latencies() for name in clients}
     gc.collect()
     deadline = time.monotonic() + time_limit
     for i in range(requests):
         for name, client in clients.items():
-            one_pod(client, template, i, results[name])
+            one_pod(client, template, ranked, i, results[name])
         if time.monotonic() > deadline:
             break
     return results
 
 
-def count_feasible(client: httpx.Client, template: BodyTemplate) -> int:
-    """How many nodes the server's filter finds feasible for a probe pod."""
+def feasible_names(client: httpx.Client, template: BodyTemplate) -> list[str]:
+    """The nodes the server's filter finds feasible for a probe pod."""
     body, _ = template.render(-1_000_000)
     _, _, answer = timed_post(client, "/filter", body)
-    return len(json.loads(answer)["NodeNames"])
+    names: list[str] = json.loads(answer)["NodeNames"]
+    return names
 
 
 def http_floor(client: httpx.Client, requests: int) -> Latency:
@@ -318,25 +346,27 @@ def http_floor(client: httpx.Client, requests: int) -> Latency:
     return Latency.of(samples[20:])
 
 
-def encode_filter_answer(result: FilterResult) -> str:
-    """The filter answer as ``app/api/extender.py`` builds it (NodeNames mode); keep in sync."""
-    return wire.ExtenderFilterResult(
-        NodeNames=result.feasible,
-        FailedNodes={**result.failed, **result.unresolvable},
-        FailedAndUnresolvableNodes=result.unresolvable,
-    ).model_dump_json()
-
-
 def measure_in_process(
-    cluster: Path, template: BodyTemplate, requests: int, warmup: int, time_limit: float
+    case: Case,
+    template: BodyTemplate,
+    ranked_template: BodyTemplate,
+    requests: int,
+    warmup: int,
+    time_limit: float,
 ) -> dict[str, Latency]:
     """Time the core verbs and the wire work around them, without HTTP."""
-    from app.api.extender import _PRIORITIES as REAL_PRIORITIES
+    from app.api.extender import _ANSWERS, _RANKINGS
     from app.services import build_services
     from app.settings import Settings
 
-    extender = build_services(Settings(mode="standalone", cluster_file=cluster)).extender
-    stages: dict[str, list[int]] = {k: [] for k in ("decode", "filter", "prioritize", "encode")}
+    services = build_services(Settings(mode="standalone", cluster_file=case.cluster))
+    if case.fill is not None:
+        services.cache.upsert_pods(load_fill(case.fill))
+    extender = services.extender
+    ranked = json.loads(ranked_template.text)["NodeNames"]
+    stages: dict[str, list[int]] = {
+        k: [] for k in ("decode", "filter", "prioritize", "encode", "uncached")
+    }
     clock = time.perf_counter_ns
     deadline = time.monotonic() + time_limit
     for i in range(-warmup, requests):
@@ -347,13 +377,18 @@ def measure_in_process(
         t1 = clock()
         result = extender.filter(pod, args.NodeNames)
         t2 = clock()
-        scores = extender.prioritize(pod, args.NodeNames)
+        scores = extender.prioritize(pod, ranked)
         t3 = clock()
-        encode_filter_answer(result)
-        REAL_PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in scores])
+        # What the handlers do (NodeNames mode; memoised like the answers they encode).
+        _ANSWERS.encode(result, False)
+        _RANKINGS.encode(scores)
         t4 = clock()
+        # What the first pod after a change pays: the decision without the extender's memo.
+        filter_nodes(services.cache.view(), pod, args.NodeNames or [])
+        t5 = clock()
         if i >= 0:
-            for key, ns in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
+            for key, ns in zip(stages, times, strict=True):
                 stages[key].append(ns)
             if time.monotonic() > deadline:
                 break
@@ -366,10 +401,22 @@ def measure_in_process(
 # -- one size, the whole run ---------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One cluster to measure on: a cluster file, bound pods to load first (``fill``), and
+    how the report names it."""
+
+    label: str
+    nodes: int
+    cluster: Path
+    fill: Path | None = None
+
+
 @dataclass
 class SizeResult:
-    """Everything measured for one cluster size; stats are keyed server -> verb."""
+    """Everything measured for one case; stats are keyed server -> verb."""
 
+    label: str
     nodes: int
     feasible: int
     http: dict[str, dict[str, Latency]]
@@ -382,29 +429,76 @@ class SizeResult:
         return self.http["muster"]["filter"].count
 
 
+def generated_case(nodes: int, workdir: Path) -> Case:
+    """An empty generated cluster of ``nodes`` nodes (``gen_cluster``)."""
+    return Case(str(nodes), nodes, write_cluster(nodes, workdir / f"nodes-{nodes}.yaml", seed=0))
+
+
+def openb_cases(workdir: Path, seed: int = 0) -> list[Case]:
+    """The openb node list (1213 GPU nodes) empty, and full: every pod of the openb trace
+    (arrival order of ``seed``) the simulator's default policy places, bound where it placed
+    it with the devices it chose (96 % of the GPUs allocated; most nodes then fail a 1-GPU
+    pod, each with its own reason). Needs the openb trace (``app.sim.tracedata``)."""
+    from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trace
+    from app.sim.tracedata import openb_dir
+    from scripts.replay_openb import arrival_identity, pod_json, simulate_file_order
+
+    folder = openb_dir()
+    cluster = folder / DEFAULT_NODES
+    nodes = load_cluster_file(cluster)
+    trace = load_trace(folder / DEFAULT_TRACE)
+    arrivals = arrival_order(trace, GpuTable.from_nodes(nodes).gpu_capacity, seed).tolist()
+    sim = simulate_file_order(nodes, trace, arrivals)
+    bound = []
+    for k, (i, node, devices) in enumerate(zip(arrivals, sim.nodes, sim.devices, strict=True)):
+        if node is None:
+            continue
+        name, uid = arrival_identity(k, trace, i)
+        pod = pod_json(trace, i, name, uid)
+        pod["spec"]["nodeName"] = node
+        pod["status"]["phase"] = "Running"
+        if devices:
+            notes = pod["metadata"].setdefault("annotations", {})
+            notes[GPU_IDS] = ",".join(map(str, devices))
+        bound.append(pod)
+    fill = workdir / "openb-full.json"
+    fill.write_text(json.dumps(bound, separators=(",", ":")))
+    count = len(nodes)
+    return [
+        Case(f"{count} openb", count, cluster),
+        Case(f"{count} openb full", count, cluster, fill),
+    ]
+
+
+def load_fill(path: Path) -> list[Pod]:
+    """The bound pods of a ``Case.fill`` file."""
+    return [pod_from_dict(item) for item in json.loads(path.read_text())]
+
+
 def measure_size(
-    nodes: int,
+    case: Case,
     null_url: str,
-    workdir: Path,
     requests: int,
     warmup: int,
     time_limit: float,
 ) -> SizeResult:
-    """Generate an ``nodes``-node cluster, start Muster on it, and measure both servers."""
-    cluster = write_cluster(nodes, workdir / f"nodes-{nodes}.yaml", seed=0)
-    template = args_template(cluster_node_names(cluster))
-    core = measure_in_process(cluster, template, requests, warmup, time_limit / 2)
+    """Start Muster on ``case`` and measure both servers; prioritize is asked about the nodes
+    Muster's filter lets through, as kube-scheduler does (both servers get the same body)."""
+    names = cluster_node_names(case.cluster)
+    template = args_template(names)
     with ExitStack() as stack:
-        muster_url = stack.enter_context(server_process("muster", cluster))
+        muster_url = stack.enter_context(server_process("muster", case.cluster, case.fill))
         clients = {
             "muster": stack.enter_context(make_client(muster_url)),
             "null": stack.enter_context(make_client(null_url)),
         }
-        feasible = count_feasible(clients["muster"], template)
-        latencies = drive(clients, template, requests, warmup, time_limit)
+        feasible = feasible_names(clients["muster"], template)
+        ranked = args_template(feasible)
+        latencies = drive(clients, template, ranked, requests, warmup, time_limit)
+    core = measure_in_process(case, template, ranked, requests, warmup, time_limit / 2)
     http = {server: verb_stats(lat.client) for server, lat in latencies.items()}
     app = {server: verb_stats(lat.app) for server, lat in latencies.items()}
-    return SizeResult(nodes, feasible, http, app, core)
+    return SizeResult(case.label, case.nodes, len(feasible), http, app, core)
 
 
 def run(
@@ -413,17 +507,22 @@ def run(
     warmup: int = 100,
     time_limit: float = 25.0,
     out: Callable[[str], None] = print,
+    openb: bool = False,
 ) -> tuple[list[SizeResult], Latency]:
-    """Measure every size and print the tables; returns the results and the HTTP floor."""
+    """Measure every size (and, with ``openb``, the openb cases) and print the tables;
+    returns the results and the HTTP floor."""
     results: list[SizeResult] = []
     started = time.monotonic()
     out(environment())
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp, server_process("null") as url:
         with make_client(url) as client:
             floor = http_floor(client, requests)
-        for nodes in sizes:
-            out(f"... measuring {nodes} nodes")
-            results.append(measure_size(nodes, url, Path(tmp), requests, warmup, time_limit))
+        cases = [generated_case(nodes, Path(tmp)) for nodes in sizes]
+        if openb:
+            cases += openb_cases(Path(tmp))
+        for case in cases:
+            out(f"... measuring {case.label} nodes")
+            results.append(measure_size(case, url, requests, warmup, time_limit))
     for line in report(results, floor, warmup):
         out(line)
     out(f"total run time {time.monotonic() - started:.0f} s")
@@ -433,8 +532,8 @@ def run(
 # -- the report ----------------------------------------------------------------------------
 
 
-def _target_note(nodes: int, verb: str, p50: float) -> str:
-    target = TARGET_P50_MS.get(nodes)
+def _target_note(label: str, verb: str, p50: float) -> str:
+    target = TARGET_P50_MS.get(int(label)) if label.isdigit() else None
     if verb != BOTH or target is None:
         return ""
     return f"p50 <= {target:g} ms: {'met' if p50 <= target else 'MISSED'}"
@@ -454,19 +553,19 @@ def comparison_table(
 ) -> list[str]:
     """Muster vs null per size and verb: p50/p99 and their ratios (and target notes)."""
     head = (
-        f"{'nodes':>6} {'verb':<18} {'muster p50':>10} {'p99':>7} {'null p50':>9} {'p99':>7}"
+        f"{'nodes':>15} {'verb':<18} {'muster p50':>10} {'p99':>7} {'null p50':>9} {'p99':>7}"
         f" {'ratio p50':>9} {'p99':>6}  {'targets' if with_targets else ''}"
     )
-    lines = [head.rstrip(), "-" * 80]
+    lines = [head.rstrip(), "-" * 89]
     for res in results:
         stats = pick(res)
         for verb in (*VERBS, BOTH):
             m, n = stats["muster"][verb], stats["null"][verb]
             r50, r99 = m.p50 / n.p50, m.p99 / n.p99
-            notes = (_target_note(res.nodes, verb, m.p50), _ratio_note(verb, r50, r99))
+            notes = (_target_note(res.label, verb, m.p50), _ratio_note(verb, r50, r99))
             tail = "; ".join(x for x in notes if x) if with_targets else ""
             line = (
-                f"{res.nodes:>6} {verb:<18} {m.p50:>10.3f} {m.p99:>7.3f} {n.p50:>9.3f}"
+                f"{res.label:>15} {verb:<18} {m.p50:>10.3f} {m.p99:>7.3f} {n.p50:>9.3f}"
                 f" {n.p99:>7.3f} {r50:>9.2f} {r99:>6.2f}  {tail}"
             )
             lines.append(line.rstrip())
@@ -475,7 +574,7 @@ def comparison_table(
 
 def core_table(results: Sequence[SizeResult]) -> list[str]:
     """The in-process table: wire decode, core filter/prioritize, wire encode."""
-    head = f"{'nodes':>6} {'stage (in-process, no HTTP)':<34} {'p50':>8} {'p99':>8}"
+    head = f"{'nodes':>15} {'stage (in-process, no HTTP)':<34} {'p50':>8} {'p99':>8}"
     lines = [head, "-" * len(head)]
     labels = {
         "decode": "decode 1 body (pydantic + Pod)",
@@ -483,11 +582,12 @@ def core_table(results: Sequence[SizeResult]) -> list[str]:
         "prioritize": "Extender.prioritize",
         BOTH: "Extender.filter + prioritize",
         "encode": "encode both answers",
+        "uncached": "filter_nodes, no memo (1st of shape)",
     }
     for res in results:
         for key, label in labels.items():
             s = res.core[key]
-            lines.append(f"{res.nodes:>6} {label:<34} {s.p50:>8.3f} {s.p99:>8.3f}")
+            lines.append(f"{res.label:>15} {label:<34} {s.p50:>8.3f} {s.p99:>8.3f}")
     return lines
 
 
@@ -504,7 +604,7 @@ def environment() -> str:
 
 def report(results: Sequence[SizeResult], floor: Latency, warmup: int) -> list[str]:
     """All result lines."""
-    counts = ", ".join(f"{r.nodes} nodes: {r.pods} pods, {r.feasible} feasible" for r in results)
+    counts = ", ".join(f"{r.label} nodes: {r.pods} pods, {r.feasible} feasible" for r in results)
     return [
         "",
         "Muster extender benchmark. Pod requests 1 GPU; NodeNames = all nodes; times in ms.",
@@ -549,15 +649,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--time-limit", type=float, default=25.0, help="max seconds of HTTP timing per size (25)"
     )
+    parser.add_argument(
+        "--openb",
+        action="store_true",
+        help="also the openb node list (1213 nodes), empty and full (needs the openb trace)",
+    )
     parser.add_argument("--serve", choices=("muster", "null"), help=argparse.SUPPRESS)
     parser.add_argument("--cluster", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--fill", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.cluster)
+        serve(args.serve, args.cluster, args.fill)
         return 0
     if args.requests < 1:
         parser.error("--requests must be at least 1")
-    run(args.sizes, args.requests, args.warmup, args.time_limit)
+    run(args.sizes, args.requests, args.warmup, args.time_limit, openb=args.openb)
     return 0
 
 

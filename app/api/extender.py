@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
@@ -14,6 +15,7 @@ from app.api.metrics import Metrics
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.model.values import Node, Pod
+from app.core.verbs.filter import FilterResult
 from app.core.verbs.prioritize import Ranking
 from app.core.verbs.victimcheck import Victims
 from app.services import Services
@@ -64,6 +66,25 @@ def _nodes(args: wire.ExtenderArgs) -> list[Node] | None:
         raise invalid(exc) from None
 
 
+class _RankingAnswers:
+    """The last prioritize answer's JSON, reused while the candidates (the same memoised rows,
+    ``NodeTable.rows``) and their scores are the same. One slot, replaced whole."""
+
+    def __init__(self) -> None:
+        self._last: tuple[np.ndarray, np.ndarray, bytes] | None = None
+
+    def encode(self, ranking: Ranking) -> bytes:
+        last = self._last
+        if last is not None and last[0] is ranking.rows and np.array_equal(last[1], ranking.scores):
+            return last[2]
+        body = _encode_ranking(ranking)
+        self._last = (ranking.rows, ranking.scores.copy(), body)
+        return body
+
+
+_RANKINGS = _RankingAnswers()
+
+
 def _encode_ranking(ranking: Ranking) -> bytes:
     """The bare ``[{"Host", "Score"}]`` array; per-node JSON fragments are cached per node set."""
     if len(ranking.rows) and (ranking.rows >= 0).all():
@@ -75,6 +96,38 @@ def _encode_ranking(ranking: Ranking) -> bytes:
         )
         return ("[" + ",".join(parts) + "]").encode()
     return _PRIORITIES.dump_json([{"Host": h, "Score": s} for h, s in ranking.pairs()])
+
+
+class _FilterAnswers:
+    """The wire answer of the last ``FilterResult`` (NodeNames mode): the extender hands the
+    same result object to pods of one shape until node usage changes (``FilterMemo``), so
+    its JSON is encoded once. One slot, replaced whole (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[FilterResult, bool, bytes] | None = None
+
+    def encode(self, result: FilterResult, mirror: bool) -> bytes:
+        last = self._last
+        if last is not None and last[0] is result and last[1] == mirror:
+            return last[2]
+        failed = result.failed
+        if mirror:
+            # kube-scheduler 1.20 and older ignore FailedAndUnresolvableNodes and would drop
+            # those reasons from the pod's event; 1.21+ let that map win for a node in both.
+            failed = {**failed, **result.unresolvable}
+        answer = {
+            "Nodes": None,
+            "NodeNames": result.feasible,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": result.unresolvable,
+            "Error": "",
+        }
+        body = to_json(answer)
+        self._last = (result, mirror, body)
+        return body
+
+
+_ANSWERS = _FilterAnswers()
 
 
 async def _extender_args(request: Request) -> tuple[wire.ExtenderArgs, Pod, list[Node] | None]:
@@ -103,28 +156,20 @@ async def filter_nodes(request: Request) -> Response:
         m.labels("feasible").inc(len(result.feasible))
         m.labels("failed").inc(len(result.failed))
         m.labels("unresolvable").inc(len(result.unresolvable))
-        failed = result.failed
-        if services.settings.mirror_unresolvable:
-            # kube-scheduler 1.20 and older ignore FailedAndUnresolvableNodes and would drop
-            # those reasons from the pod's event; 1.21+ let that map win for a node in both.
-            failed = {**failed, **result.unresolvable}
+        mirror = services.settings.mirror_unresolvable
+        if args.Nodes is None:
+            return Response(_ANSWERS.encode(result, mirror), media_type=_JSON)
+        failed = {**result.failed, **result.unresolvable} if mirror else result.failed
+        keep = set(result.feasible)
+        pairs = zip(args.Nodes.items, nodes or (), strict=True)
+        items = [item for item, node in pairs if node.name in keep]
         answer: dict[str, Any] = {
-            "Nodes": None,
+            "Nodes": {"metadata": args.Nodes.metadata, "items": items},
             "NodeNames": None,
             "FailedNodes": failed,
             "FailedAndUnresolvableNodes": result.unresolvable,
             "Error": "",
         }
-        if args.Nodes is not None:
-            keep = set(result.feasible)
-            items = [
-                item
-                for item, node in zip(args.Nodes.items, nodes or (), strict=True)
-                if node.name in keep
-            ]
-            answer["Nodes"] = {"metadata": args.Nodes.metadata, "items": items}
-        else:
-            answer["NodeNames"] = result.feasible
         return Response(to_json(answer), media_type=_JSON)
 
 
@@ -140,7 +185,7 @@ async def prioritize_nodes(request: Request) -> Response:
     with metrics.observe("prioritize"):
         args, pod, nodes = await _extender_args(request)
         ranking = services.extender.prioritize(pod, args.NodeNames, nodes)
-        return Response(_encode_ranking(ranking), media_type=_JSON)
+        return Response(_RANKINGS.encode(ranking), media_type=_JSON)
 
 
 @router.post(

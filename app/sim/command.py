@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from app.core.model.errors import InvalidInput
 from app.core.model.queues import OPEN, QueueConfig
+from app.core.policies.gangorder import GANG_ORDERS
 from app.core.state.queuefile import QueueFile
 from app.sim.engine import SimConfig, Simulation
 from app.sim.kubescheduler import SchedulerConfig
@@ -39,7 +40,6 @@ _WORKLOAD = {
     "pod_cpu": "pod_cpu", "pod_gpus": "pod_gpus", "pod_memory": "pod_memory_gib",
     "runtime": "runtime", "jitter": "jitter", "arrival": "arrival", "deadline": "deadline",
     "seed": "seed", "queue": "queue", "priority": "priority",
-    "declare_runtime": "declare_runtime",
 }  # fmt: skip
 _MIX = {"jobs": "jobs", "seed": "seed"}  # what a mixed preset takes from the options
 
@@ -106,9 +106,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--priority", type=int, help="priority (PriorityClass value) of every job")
     w.add_argument(
         "--declare-runtime",
-        action="store_true",
-        default=None,
-        help="jobs declare muster.io/expected-runtime (their longest runtime)",
+        nargs="?",
+        const="max",
+        choices=["max", "own"],
+        help="jobs declare muster.io/expected-runtime: max (alone: every job the longest "
+        "runtime it may have) or own (each job its own runtime, rounded up)",
     )
     q = p.add_argument_group("queues, backfill, preemption (Muster)")
     q.add_argument(
@@ -205,6 +207,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Muster's planner loop poll interval (default 0.05)",
     )
     s.add_argument(
+        "--gang-order",
+        choices=GANG_ORDERS,
+        default="longest-first",
+        help="Muster's --gang-order (default longest-first)",
+    )
+    s.add_argument(
+        "--longest-first-window",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="Muster's --longest-first-window (default 600)",
+    )
+    s.add_argument(
         "--strategy",
         choices=["binpack", "spread"],
         default="binpack",
@@ -254,6 +269,9 @@ def build_specs(args: argparse.Namespace) -> tuple[ClusterSpec, Workload]:
     else:
         cluster, single = PRESETS[args.preset] if args.preset else (ClusterSpec(), WorkloadSpec())
         workload = replace(single, **_given(args, _WORKLOAD))
+        if args.declare_runtime is not None:
+            own = args.declare_runtime == "own"
+            workload = replace(workload, declare_runtime=True, declare_own_runtime=own)
     cluster = replace(cluster, **_given(args, _CLUSTER))
     if args.scale != 1.0:
         if args.scale <= 0:
@@ -296,6 +314,8 @@ def build_configs(args: argparse.Namespace, workload: Workload) -> list[SimConfi
         min_runtime=args.min_runtime,
         preemption=not args.no_preemption,
         default_runtime=args.default_runtime,
+        gang_order=args.gang_order,
+        longest_first_window=args.longest_first_window,
     )
     scenario = SCENARIOS.get(args.preset or "")
     backfill = args.backfill or (scenario.backfill if scenario else "on")
@@ -328,9 +348,15 @@ def describe(cluster: ClusterSpec, workload: Workload) -> str:
     return (
         f"{cluster.nodes} nodes x {cluster.cpu:g} CPU{gpus}; {workload.jobs} jobs x "
         f"{workload.pods_per_job} pods x {workload.pod_cpu:g} CPU{pod_gpus}, gang of {gang}, "
-        f"runtime {workload.runtime:g} s +- {100 * workload.jitter:g}%, arrival "
-        f"{workload.arrival}, {deadline}, seed {workload.seed}"
+        f"runtime {workload.runtime:g} s +- {100 * workload.jitter:g}%{_declared(workload)}, "
+        f"arrival {workload.arrival}, {deadline}, seed {workload.seed}"
     )
+
+
+def _declared(spec: WorkloadSpec) -> str:
+    if spec.declare_own_runtime:
+        return " (each job declares its own)"
+    return " (longest declared)" if spec.declare_runtime else ""
 
 
 def _describe_class(spec: WorkloadSpec) -> str:

@@ -65,6 +65,9 @@ class PolicyConfig:
     preemption: bool = True
     #: Muster's ``--default-runtime``: expected runtime of pods that declare none.
     default_runtime: float = 3600.0
+    #: Muster's ``--gang-order`` and ``--longest-first-window``.
+    gang_order: str = "longest-first"
+    longest_first_window: float = 600.0
 
 
 def settings_of(config: PolicyConfig) -> Settings:
@@ -77,6 +80,8 @@ def settings_of(config: PolicyConfig) -> Settings:
         min_runtime_seconds=config.min_runtime,
         preemption=config.preemption,
         default_runtime_seconds=config.default_runtime,
+        gang_order=config.gang_order,
+        longest_first_window_seconds=config.longest_first_window,
     )
 
 

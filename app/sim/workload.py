@@ -135,6 +135,8 @@ class WorkloadSpec:
     #: Declare ``muster.io/expected-runtime`` on every pod: the job's longest possible
     #: runtime (``runtime * (1 + jitter)``), so the declaration is never below the actual.
     declare_runtime: bool = False
+    #: Declare instead each job's own runtime, rounded up to a second (an exact estimate).
+    declare_own_runtime: bool = False
     #: Job names are ``{prefix}-NNNN``.
     prefix: str = "job"
     #: Submission times start here (seconds).
@@ -200,6 +202,8 @@ def generate(spec: WorkloadSpec) -> list[Job]:
     for j in range(spec.jobs):
         name = f"{spec.prefix}-{j:0{width}d}"
         gang_labels = {labels.POD_GROUP: name, labels.MIN_MEMBER: str(minimum), **extra}
+        if spec.declare_own_runtime:
+            gang_labels[EXPECTED_RUNTIME] = str(math.ceil(runtimes[j]))
         times = tuple(float(starts[j]) + k * spec.create_gap for k in range(spec.pods_per_job))
         pods = tuple(
             Pod(
@@ -235,7 +239,7 @@ def _class_labels(spec: WorkloadSpec) -> dict[str, str]:
     out = {}
     if spec.queue:
         out[labels.QUEUE] = spec.queue
-    if spec.declare_runtime:
+    if spec.declare_runtime and not spec.declare_own_runtime:
         out[EXPECTED_RUNTIME] = str(math.ceil(spec.runtime * (1 + spec.jitter)))
     return out
 

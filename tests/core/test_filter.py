@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.core.state.cache import ClusterCache
-from app.core.verbs.filter import filter_nodes
+from app.core.verbs.filter import FilterMemo, filter_nodes
 from tests.factories import node, pod
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -192,3 +192,23 @@ def test_empty_candidates_and_empty_cache() -> None:
     assert filter_nodes(ClusterCache().view(), pod(), []).feasible == []
     result = filter_nodes(ClusterCache().view(), pod(), ["x"])
     assert result.unresolvable == {"x": "unknown node"}
+
+
+def test_memo_reuses_the_answer_only_for_the_same_question() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("a", gpus=8), node("b", gpus=8, taints=[GPU_TAINT])])
+    memo = FilterMemo()
+    names = ["a", "b"]
+    first = memo.filter(cache.view(), pod("p1", gpu=4), names)
+    assert first.feasible == ["a"] and set(first.unresolvable) == {"b"}
+    # Another pod of the same shape, same view and candidates: the same answer object.
+    assert memo.filter(cache.view(), pod("p2", gpu=4), list(names)) is first
+    # A different shape (tolerates the taint, or asks more) is judged on its own.
+    tolerant = memo.filter(cache.view(), pod("p3", gpu=4, tolerations=[TOLERATE_GPU]), names)
+    assert tolerant.feasible == ["a", "b"]
+    assert memo.filter(cache.view(), pod("p4", gpu=4), ["a"]).unresolvable == {}
+    # Usage changes (a bind): a new view, a fresh answer.
+    cache.upsert_pod(pod("busy", gpu=6, node="a", phase="Running"))
+    after = memo.filter(cache.view(), pod("p5", gpu=4), names)
+    assert after is not first
+    assert after.feasible == [] and after.failed == {"a": "needs 4 nvidia.com/gpu, 2 free"}

@@ -208,3 +208,61 @@ def test_a_failing_cycle_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
     assert cache.generation == generation and cache.snapshot().reserved == {}
     monkeypatch.setattr(planner_module, "allocate_topology", real)
     assert sorted(planner.cycle()) == ["default/a", "default/b"]
+
+
+# -- requests never wait for a running cycle -------------------------------------------------
+
+
+def test_commit_in_slices_gives_the_same_result_and_says_whether_anything_else_changed() -> None:
+    pods = [member(f"g{k}", i, gpu=1) for k in range(6) for i in range(2)]
+    results = []
+    for slice_seconds in (10.0, 0.0):  # one slice, or one operation per slice
+        cache = cache_with(*pods, nodes=2)
+        session = Session(cache, {})
+        for k in range(6):
+            uids = [p.uid for p in pods[2 * k : 2 * k + 2]]
+            session.reserve(f"default/g{k}", dict.fromkeys(uids, f"n{k % 2}"), {})
+        applied = cache.apply(session.statement, slice_seconds=slice_seconds)
+        assert applied.clean and applied.generation == cache.generation
+        results.append((applied.refused, dict(applied.devices), cache.view().used.tolist()))
+    assert results[0] == results[1]
+    # Something else changed the cache after the snapshot: not clean.
+    cache = cache_with(*pods)
+    session = Session(cache, {})
+    session.reserve("default/g0", {pods[0].uid: "n0", pods[1].uid: "n0"}, {})
+    cache.upsert_pod(pod("other", gpu=1))
+    assert not cache.apply(session.statement, slice_seconds=0.0).clean
+
+
+def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -> None:
+    import threading
+
+    a, b, c = member("g", 0), member("g", 1), member("h", 0, minimum=1)
+    cache = cache_with(a, b)
+    planner = Planner(cache)
+    planner.cycle()
+    assert planner.verdict(a).node == "n0"
+    cache.upsert_pod(c)  # a gang no plan names yet
+    running, done = threading.Event(), threading.Event()
+
+    def cycle_in_progress() -> None:
+        with planner._lock:  # what a running cycle holds
+            running.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=cycle_in_progress)
+    thread.start()
+    try:
+        assert running.wait(10)
+        # Planned members are answered from the published plans.
+        assert planner.verdict(b).node == "n0" and planner.plan("default/g") is not None
+        # An unplanned member is told to wait instead of waiting.
+        told = planner.verdict(c)
+        assert told.node == "" and planner_module.BUSY in told.reason
+        assert planner_module.BUSY in planner.replan_member(a, ["n1"]).reason
+        assert planner.look(wait=False) is None
+    finally:
+        done.set()
+        thread.join()
+    # Once the cycle is over, the member is planned on demand as before.
+    assert planner.verdict(c).node == "n0"

@@ -78,3 +78,19 @@ def test_bad_options_are_refused_with_a_reason(
 def test_inconsistent_workload_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--pods-per-job", "2", "--min-member", "3", "--quiet"]) == 2
     assert "min-member" in capsys.readouterr().err
+
+
+def test_declared_runtimes_and_gang_order_reach_the_runs() -> None:
+    argv = ["simulate", "--preset", "seed", "--declare-runtime", "own", "--gang-order", "fifo",
+            "--longest-first-window", "60"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    _, workload = build_specs(args)
+    assert workload.declare_runtime and workload.declare_own_runtime
+    (config, _) = build_configs(args, workload)
+    assert (config.policy_config.gang_order, config.policy_config.longest_first_window) == (
+        "fifo",
+        60.0,
+    )
+    plain = build_parser().parse_args(["simulate", "--preset", "seed", "--declare-runtime"])
+    _, workload = build_specs(plain)
+    assert workload.declare_runtime and not workload.declare_own_runtime

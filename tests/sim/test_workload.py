@@ -9,6 +9,7 @@ import pytest
 
 from app.core.model import labels
 from app.core.model.gang import gang_spec
+from app.core.model.runtime import EXPECTED_RUNTIME
 from app.sim.workload import (
     SEED_CLUSTER,
     SEED_WORKLOAD,
@@ -87,3 +88,13 @@ def test_nonsense_specs_are_refused() -> None:
         WorkloadSpec(pods_per_job=2, min_member=3)
     with pytest.raises(ValueError):
         ClusterSpec(nodes=0)
+
+
+def test_declared_runtimes_are_the_longest_or_each_jobs_own() -> None:
+    spec = WorkloadSpec(jobs=30, runtime=180.0, jitter=0.5, declare_runtime=True)
+    declared = {p.labels[EXPECTED_RUNTIME] for j in generate(spec) for p in j.pods}
+    assert declared == {"270"}
+    own = generate(WorkloadSpec(jobs=30, runtime=180.0, jitter=0.5, declare_own_runtime=True))
+    for job in own:
+        assert {p.labels[EXPECTED_RUNTIME] for p in job.pods} == {str(math.ceil(job.runtime))}
+    assert len({j.pods[0].labels[EXPECTED_RUNTIME] for j in own}) > 20

@@ -111,6 +111,8 @@ def allocate_topology(
     for level in [start] if required else range(start, -1, -1):
         if tree.spans_all(level):
             break  # one domain of every node: the same as anywhere
+        if not required and (demand.total > tree.largest(level, view.allocatable)).any():
+            continue  # no domain of this level could hold the gang even empty
         found, free = _best(view, members, tree, level, demand, strategy)
         if found is not None:
             return found
@@ -149,7 +151,9 @@ def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> 
     rows = [view.index[n] for n in pinned if n in view.index]
     return _Demand(
         total=np.sum([np.asarray(p.requests, dtype=np.int64) for p in members], axis=0),
-        columns=np.column_stack([free, free * usable[:, None], *slots]).astype(np.int64),
+        columns=np.column_stack([free, free * usable[:, None], *slots]).astype(
+            np.int64, copy=False
+        ),
         counts=np.array(list(kinds.values()), dtype=np.int64),
         pinned=np.array(rows, dtype=np.int64),
     )

@@ -15,7 +15,7 @@ from app.core.cycle.plans import Plan
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang
 from app.core.model.queues import QueueConfig
-from app.core.policies.interfaces import Protection
+from app.core.policies.interfaces import GangOrder, Protection
 from app.core.state.queueusage import QueueUsage
 
 
@@ -39,5 +39,7 @@ class Outlook:
     scheduler_name: str
     preemption: bool
     protection: Protection
+    #: The order of gangs within a queue (``app.core.policies.gangorder``).
+    order: GangOrder
     #: Results computed once per outlook by the questions asked of it (they change nothing).
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

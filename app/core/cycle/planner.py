@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -41,7 +42,8 @@ from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
 from app.core.policies.drf import order_key
-from app.core.policies.interfaces import Protection
+from app.core.policies.gangorder import LongestFirst
+from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
@@ -52,7 +54,10 @@ from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
 from app.core.state.statement import Applied, Reserve
 from app.core.state.timings import Timings
 
-__all__ = ["Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
+__all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
+
+#: Why a member waits when its gang has no plan and a cycle is running in another thread.
+BUSY = "waiting for the planner (a planning cycle is under way)"
 
 
 class Planner:
@@ -75,12 +80,15 @@ class Planner:
         protection: Protection | None = None,
         journal: Journal | None = None,
         timings: Timings | None = None,
+        order: GangOrder | None = None,
     ) -> None:
-        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``.
+        """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``;
+        ``order`` (gangs within a queue) to ``LongestFirst``.
 
         ``journal`` (if any) records plans made, expired and released; ``timings`` (if any)
         counts how long each cycle takes.
         """
+        self._order: GangOrder = order or LongestFirst(default_runtime=default_runtime)
         self._cache = cache
         self._journal = journal
         self._timings = timings
@@ -116,36 +124,56 @@ class Planner:
         self._conflicted: list[Gang] = []
         self._reported: set[tuple[object, str]] = set()
 
+    @contextmanager
+    def _held(self, wait: bool) -> Iterator[bool]:
+        """The planner's lock for the block, if ``wait`` or it is free now; yields whether."""
+        held = self._lock.acquire(blocking=wait)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
+
     # -- queries -------------------------------------------------------------------------
 
+    # Readers of plans and reasons do not take the planner's lock: a cycle decides on a
+    # session's copies and swaps the plan store whole when it commits, so a reader sees the
+    # plans before or after a cycle, never half of one, and never waits for a cycle to end.
+
     def plan(self, gang: str) -> Plan | None:
-        """The live plan of ``gang``, if any."""
-        with self._lock:
-            return self._plans.get(gang)
+        """The live plan of ``gang``, if any (never waits for a running cycle)."""
+        return self._plans.get(gang)
 
     def planned_devices(self, uid: str, gang: str) -> tuple[int, ...] | None:
         """The GPU devices planned for member ``uid`` of ``gang`` (None: no plan names any)."""
-        with self._lock:
-            plan = self._plans.get(gang)
-            return None if plan is None else plan.devices.get(uid)
+        plan = self._plans.get(gang)
+        return None if plan is None else plan.devices.get(uid)
 
     def verdict(self, pod: Pod) -> Verdict:
-        """Where ``pod`` should go per the plans, planning on demand if it has no plan yet."""
+        """Where ``pod`` should go per the plans, planning on demand if it has no plan yet.
+
+        Never waits for a cycle another thread is running: a member no plan names yet is then
+        told to wait (the running cycle, or the planner loop's next one, plans it, and the loop
+        nudges planned members so kube-scheduler retries them at once).
+        """
         spec = gang_spec(pod)
         if spec is None:
             return Verdict()
-        with self._lock:
-            plan = self._plans.get(spec.key)
-            if plan is None or pod.uid not in plan.members:
+        plan = self._plans.get(spec.key)
+        if plan is None or pod.uid not in plan.members:
+            with self._held(False) as held:
+                if not held:
+                    reason = self._reasons.get(spec.key) or BUSY
+                    return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
                 self.cycle()
-                plan = self._plans.get(spec.key)
-            if plan is not None and pod.uid in plan.members:
-                waiting = self._victims_left(plan)
-                if waiting:
-                    return Verdict(spec.key, "", f"gang {spec.key}: {self._reasons[spec.key]}")
-                return Verdict(spec.key, plan.members[pod.uid])
-            reason = self._reasons.get(spec.key) or "waiting for the planner"
-            return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+            plan = self._plans.get(spec.key)
+        if plan is not None and pod.uid in plan.members:
+            if self._victims_left(plan):
+                reason = self._reasons.get(spec.key) or "waiting for evicted pods to leave"
+                return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+            return Verdict(spec.key, plan.members[pod.uid])
+        reason = self._reasons.get(spec.key) or "waiting for the planner"
+        return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
 
     def protected_for(self, pod: Pod) -> float:
         """Seconds ``pod``, running, is protected from preemption (see ``Protection``)."""
@@ -186,9 +214,18 @@ class Planner:
         """The head-of-line reservation made by the last cycle, if any."""
         return self._head
 
-    def look(self) -> Outlook:
-        """The planner's state now, on a session that is never committed (explain, what-if)."""
-        with self._lock:
+    @overload
+    def look(self) -> Outlook: ...
+    @overload
+    def look(self, *, wait: bool) -> Outlook | None: ...
+    def look(self, *, wait: bool = True) -> Outlook | None:
+        """The planner's state now, on a session that is never committed (explain, what-if).
+
+        ``wait=False``: ``None`` instead of waiting while another thread runs a cycle.
+        """
+        with self._held(wait) as held:
+            if not held:
+                return None
             session = Session(self._cache, self._plans)
             gangs = gangs_of(session.snapshot, self._gang_memo)
             config = self._queues.config
@@ -214,6 +251,7 @@ class Planner:
                 scheduler_name=self._scheduler_name,
                 preemption=self._preemption,
                 protection=self._protection,
+                order=self._order,
             )
 
     def describe(self) -> list[dict[str, Any]]:
@@ -231,7 +269,9 @@ class Planner:
         """
         spec = gang_spec(pod)
         assert spec is not None
-        with self._lock:
+        with self._held(False) as held:  # never wait for a running cycle
+            if not held:
+                return Verdict(spec.key, "", f"gang {spec.key}: {BUSY}")
             plan = self._plans.get(spec.key)
             if plan is None or pod.uid not in plan.members:
                 return self.verdict(pod)
@@ -346,9 +386,7 @@ class Planner:
             planned, head = self._run(session, now)
             applied = self._commit(session)
             self._head = head
-            self._last_generation = (
-                self._cache.generation if applied.clean else session.statement.base
-            )
+            self._last_generation = applied.generation if applied.clean else session.statement.base
             made = [(g, q) for g, q in planned if g in self._plans]
             if self._journal is not None:
                 for gang, queue in made:
@@ -384,7 +422,7 @@ class Planner:
                 continue
             by_queue.setdefault(self._queue_of(gang, config), []).append(gang)
         for line in by_queue.values():
-            line.sort(key=lambda g: (-g.priority, g.created, g.key))
+            line.sort(key=self._order.key)
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
         while by_queue:

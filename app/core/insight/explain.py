@@ -447,7 +447,7 @@ def _position(o: Outlook, job: Job, queue: str) -> dict[str, Any] | None:
             for g in o.gangs.values()
             if not g.running and g.key not in o.plans and (_queue_of(o, _gang_job(g, "")) == queue)
         ),
-        key=lambda g: (-g.priority, g.created, g.key),
+        key=o.order.key,
     )
     keys = [g.key for g in line]
     if job.key not in keys:
@@ -747,9 +747,10 @@ def _spread(nodes: Any) -> str:
 class Headlines:
     """``category: summary (gang KEY)`` for waiting gang members, as filter tells
     kube-scheduler (so its FailedScheduling events and PodScheduled conditions tell the same
-    story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle."""
+    story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle.
+    ``look`` may answer ``None`` (the planner is busy with a cycle): no headline then."""
 
-    def __init__(self, look: Callable[[], Outlook], cycles: Callable[[], int]) -> None:
+    def __init__(self, look: Callable[[], Outlook | None], cycles: Callable[[], int]) -> None:
         self._look = look
         self._cycles = cycles
         self._lock = threading.Lock()
@@ -770,6 +771,8 @@ class Headlines:
                 self._tell(pod, hit[1])
                 return hit[1]
         outlook = self.outlook(cycle)
+        if outlook is None:
+            return None
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == "unknown":
             return None
@@ -781,13 +784,16 @@ class Headlines:
             self._tell(pod, text)
         return text
 
-    def outlook(self, cycle: int | None = None) -> Outlook:
+    def outlook(self, cycle: int | None = None) -> Outlook | None:
         """The planner's outlook, looked at once per planner cycle (``cycle``: the current
-        one, if the caller already asked)."""
+        one, if the caller already asked); ``None`` while the planner is busy with a cycle."""
         cycle = self._cycles() if cycle is None else cycle
         with self._lock:
             if self._outlook is None or self._outlook[0] != cycle:
-                self._outlook = (cycle, self._look())
+                look = self._look()
+                if look is None:
+                    return None
+                self._outlook = (cycle, look)
             return self._outlook[1]
 
     def _tell(self, pod: Pod, text: str) -> None:

@@ -62,7 +62,7 @@ class GpuPlacement:
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._table: tuple[NodeView, GpuTable] | None = None
-        self._last: tuple[NodeView, str, DeviceRanking] | None = None
+        self._last: tuple[NodeView, PodAsk, object, DeviceRanking] | None = None
 
     def observe(self, pod: Pod) -> None:
         """Count ``pod`` in the learned mix the first time it is seen."""
@@ -92,11 +92,14 @@ class GpuPlacement:
     def rank(self, view: NodeView, pod: Pod) -> DeviceRanking:
         """The policy's cost (and share device) per row of ``view`` for ``pod``."""
         with self._lock:
+            # The cost depends on the view, the ask and the learned mix alone: pods of one
+            # shape share it until usage changes or the mix is recompiled.
+            ask, mix = PodAsk.of(pod), self.policy.mix()
             last = self._last
-            if last is not None and last[0] is view and last[1] == pod.uid:
-                return last[2]
-            ranking = self.policy.rank(self.table(view), PodAsk.of(pod))
-            self._last = (view, pod.uid, ranking)
+            if last is not None and last[0] is view and last[1] == ask and last[2] is mix:
+                return last[3]
+            ranking = self.policy.rank(self.table(view), ask)
+            self._last = (view, ask, mix, ranking)
             return ranking
 
     def scores(self, view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ method whose signature is fixed by its kind, so the code that runs policies
   (node selector, required affinity).
 * ``Scorer``: how good is each candidate node, 0..``MAX_NODE_SCORE``.
 * ``QueueOrder``: which queue goes next (a sort key; lower first).
+* ``GangOrder``: which gang of one queue goes next (a sort key; lower first).
 * ``QuotaCheck``: may this demand start in this queue now.
 * ``Protection``: how long running work is safe from preemption and reclaim.
 """
@@ -21,6 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from app.core.model.gang import Gang
 from app.core.model.status import Status
 from app.core.model.values import Node, Pod, Resources
 from app.core.state.cache import NodeView
@@ -76,6 +78,17 @@ class QueueOrder(Protocol):
 
     def key(self, usage: QueueUsage, queue: str) -> tuple[float, ...]:
         """Sort key of ``queue`` given ``usage``: the lowest goes first."""
+        ...
+
+
+@runtime_checkable
+class GangOrder(Protocol):
+    """Orders the gangs waiting in one queue."""
+
+    name: str
+
+    def key(self, gang: Gang) -> tuple[float, float, str]:
+        """Sort key of ``gang``: the lowest goes first."""
         ...
 
 

@@ -32,6 +32,8 @@ from app.core.state.nodetable import NodeTable
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 _R = len(RESOURCE_NAMES)
+#: ``ClusterCache.apply`` gives up the lock after about this long (seconds), between operations.
+APPLY_SLICE = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,29 +566,54 @@ class ClusterCache:
         with self._lock:
             return self._reserve(Reserve("", placements, force=force))
 
-    def apply(self, statement: Statement) -> Applied:
-        """Carry out a planning session's statement in one step under the lock: releases and
-        holds as recorded, each ``Reserve`` all or none with its planned devices, re-checked
-        against whatever changed since the session's snapshot."""
-        with self._lock:
-            clean = self._generation == statement.base
-            refused: dict[int, Status] = {}
-            devices: dict[str, tuple[int, ...]] = {}
-            for i, op in enumerate(statement.ops):
-                if isinstance(op, Release):
-                    self.unreserve(op.uids)
-                elif isinstance(op, Hold):
-                    self.set_holds(op.owner, op.holds, op.until)
-                else:
-                    status = self._reserve(op)
-                    if not status.ok:
-                        refused[i] = status
-                        continue
-                    for uid in op.placements:
-                        held = self._devices.held(uid)
-                        if held is not None:
-                            devices[uid] = held.devices
-            return Applied(refused, devices, clean)
+    def apply(self, statement: Statement, *, slice_seconds: float = APPLY_SLICE) -> Applied:
+        """Carry out a planning session's statement: releases and holds as recorded, each
+        ``Reserve`` all or none with its planned devices, re-checked against whatever changed
+        since the session's snapshot.
+
+        Operations are applied in order, each whole under the lock; the lock is given up
+        between slices of about ``slice_seconds``, so a large statement never keeps a request
+        (filter, bind) waiting longer than that. Whatever another caller changes in between is
+        what later operations are checked against, as if the statement had come later.
+        """
+        refused: dict[int, Status] = {}
+        devices: dict[str, tuple[int, ...]] = {}
+        ops = statement.ops
+        clean, expected, i = True, statement.base, 0
+        while True:
+            with self._lock:
+                clean = clean and self._generation == expected
+                deadline = time.perf_counter() + slice_seconds
+                while i < len(ops):
+                    self._apply_op(i, ops[i], refused, devices)
+                    i += 1
+                    if time.perf_counter() >= deadline:
+                        break
+                expected = self._generation
+                if i >= len(ops):
+                    return Applied(refused, devices, clean, expected)
+            time.sleep(0)  # let a waiting request thread take the GIL (and the lock) now
+
+    def _apply_op(
+        self,
+        i: int,
+        op: Reserve | Release | Hold,
+        refused: dict[int, Status],
+        devices: dict[str, tuple[int, ...]],
+    ) -> None:
+        if isinstance(op, Release):
+            self.unreserve(op.uids)
+        elif isinstance(op, Hold):
+            self.set_holds(op.owner, op.holds, op.until)
+        else:
+            status = self._reserve(op)
+            if not status.ok:
+                refused[i] = status
+                return
+            for uid in op.placements:
+                held = self._devices.held(uid)
+                if held is not None:
+                    devices[uid] = held.devices
 
     def _reserve(self, op: Reserve) -> Status:
         placements, force = op.placements, op.force

@@ -95,6 +95,7 @@ class Tree:
         self._starts: list[np.ndarray] = []
         #: per level: how many nodes each domain holds
         self.sizes: list[np.ndarray] = []
+        self._largest: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         parent = np.zeros(rows, dtype=np.int64)
         for level, column in enumerate(columns):
             values: list[str | None]
@@ -150,6 +151,16 @@ class Tree:
     def spans_all(self, level: int) -> bool:
         """Whether ``level`` is one domain holding every node (it constrains nothing)."""
         return len(self.domains[level]) <= 1
+
+    def largest(self, level: int, allocatable: np.ndarray) -> np.ndarray:
+        """Per resource, the most any one domain at ``level`` holds of ``allocatable`` (the
+        node table's, rows x resources): what no gang bigger than it could ever get there.
+        Remembered per level (a tree belongs to one node table)."""
+        memo = self._largest.get(level)
+        if memo is None or memo[0] is not allocatable:
+            most = self.sums(level, allocatable).max(axis=0, initial=0)
+            memo = self._largest[level] = (allocatable, most)
+        return memo[1]
 
     def sums(self, level: int, values: np.ndarray) -> np.ndarray:
         """Per domain at ``level``: the sum of ``values`` (per row, 1-D or rows x k) over its

@@ -67,5 +67,7 @@ class Applied:
     refused: Mapping[int, Status]
     #: uid -> the GPU devices each reserved pod holds now (GPU pods only).
     devices: Mapping[str, tuple[int, ...]]
-    #: Whether nothing else changed the cache between the snapshot and the commit.
+    #: Whether nothing else changed the cache between the snapshot and the end of the commit.
     clean: bool
+    #: The cache generation right after the last operation was applied.
+    generation: int = 0

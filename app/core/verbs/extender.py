@@ -27,7 +27,7 @@ from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import ClusterCache
 from app.core.verbs import victimcheck
 from app.core.verbs.bind import BindOutcome
-from app.core.verbs.filter import FilterResult, filter_nodes
+from app.core.verbs.filter import FilterMemo, FilterResult
 from app.core.verbs.gangbind import GangBinder
 from app.core.verbs.prioritize import STRATEGIES, Ranking, rank
 
@@ -59,6 +59,7 @@ class Extender:
         self.binder = binder
         #: ``category: summary`` of a waiting gang member (``app.core.insight``), if wired.
         self._headline = headline
+        self._filter = FilterMemo()
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
@@ -73,7 +74,8 @@ class Extender:
     def filter(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
     ) -> FilterResult:
-        """Which candidates may take ``pod`` (``nodes`` also refresh the cache)."""
+        """Which candidates may take ``pod`` (``nodes`` also refresh the cache). The answer
+        may be shared with other calls (``FilterMemo``): do not change it."""
         pod, names = self._candidates(pod, names, nodes)
         if self.gpu is not None:
             self.gpu.observe(pod)
@@ -84,7 +86,7 @@ class Extender:
                 return FilterResult(unresolvable=dict.fromkeys(names, quota.reason))
             backfill = self.planner.backfill_ok(pod)
             view = self.cache.backfill_view() if backfill else self.cache.view()
-            return filter_nodes(view, pod, names)
+            return self._filter.filter(view, pod, names)
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
         if not verdict.node:

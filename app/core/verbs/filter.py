@@ -19,9 +19,9 @@ import numpy as np
 
 from app.core.gpu.ask import GpuAsk
 from app.core.gpu.ledger import device_shortfall
-from app.core.model.values import Pod
+from app.core.model.values import Pod, Resources
 from app.core.policies import resourcefit
-from app.core.policies.registry import check_reasons
+from app.core.policies.registry import Constraint, check_reasons, constraint_of
 from app.core.state.cache import NodeView
 from app.core.state.nodetable import is_none
 
@@ -131,3 +131,31 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
         result.failed.update(zip([names[k] for k in j.tolist()], texts, strict=True))
     result.unresolvable = unresolvable
     return result
+
+
+#: What ``filter_nodes`` reads of a pod: requests, GPU ask, node constraints.
+Shape = tuple[Resources, GpuAsk, Constraint]
+
+
+class FilterMemo:
+    """``filter_nodes`` that reuses its last answer for the next pod of the same shape (requests,
+    GPU ask, node constraints) asked about the same candidates on the same ``NodeView``.
+
+    kube-scheduler asks about the pods of one workload one after another, with the same
+    candidate list; until something changes node usage (a bind, a pod leaving, a
+    reservation: a new view) the answer for each is the same, reasons included. The answer is
+    shared: callers must not change it. Thread-safe (one slot, replaced whole).
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[NodeView, Shape, list[str], FilterResult] | None = None
+
+    def filter(self, view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult:
+        """``filter_nodes(view, pod, names)``, or the last answer if it is the same question."""
+        shape: Shape = (pod.requests, GpuAsk.of(pod), constraint_of(pod))
+        last = self._last
+        if last is not None and last[0] is view and last[1] == shape and last[2] == names:
+            return last[3]
+        result = filter_nodes(view, pod, names)
+        self._last = (view, shape, list(names), result)
+        return result

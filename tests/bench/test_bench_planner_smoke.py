@@ -1,0 +1,28 @@
+"""Keep scripts/bench_planner.py working (tiny sizes; no timing targets)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from tests.scriptload import script_module
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    yield from script_module("bench_planner")
+
+
+def test_planner_benchmark_prints_cycles_and_filter_waits(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--nodes", "40", "--gangs", "12", "--size", "4", "--repeat", "1"]
+    assert bench.main([*argv, "--filter-calls", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "12 gangs planned" in out and "full cycle" in out and "baseline" in out
+    assert "filter while cycles run" in out
+    for kind in ("pod on its own", "planned member", "unplanned gang"):
+        assert kind in out
+
