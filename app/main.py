@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import debug, errors, explain, extender, health, metrics, webhook
+from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -47,7 +47,7 @@ def create_app(
     app.state.muster = services
     app.state.metrics = metrics.Metrics(services)  # the HTTP layer's own, per app
     errors.install(app)
-    for module in (extender, webhook, debug, explain, health, metrics):
+    for module in (extender, webhook, debug, overview, explain, health, metrics, ui):
         app.include_router(module.router)
     app.include_router(explain.whatif_router)
     return app

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from app.core.admission.pods import NamespaceReader, OwnerReader
 from app.core.cycle.loop import PlannerLoop
 from app.core.insight.census import CensusTaker
+from app.core.insight.explain import GangLines
+from app.core.insight.shares import ShareHistory, ShareSampler
 from app.core.model.clusterfile import load_cluster_file
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
@@ -53,6 +55,11 @@ class Services:
     journal: Journal | None = None
     timings: Timings | None = None
     census: CensusTaker | None = None
+    #: Queue shares over time, sampled while the server runs (``/debug/queues/history``).
+    shares: ShareHistory | None = None
+    sampler: ShareSampler | None = None
+    #: Every gang's brief story with its ETA (``/debug/gangs/outlook``).
+    gang_lines: GangLines | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode) and the planner's background loop."""
@@ -60,9 +67,13 @@ class Services:
             self.source.start()
         if self.planner_loop is not None:
             self.planner_loop.start()
+        if self.sampler is not None:
+            self.sampler.start()
 
     def stop(self) -> None:
         """Stop background work."""
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.planner_loop is not None:
             self.planner_loop.stop()
         if self.source is not None:
@@ -117,4 +128,7 @@ def build_services(
         graph.journal,
         graph.timings,
         graph.census,
+        graph.shares,
+        graph.sampler,
+        graph.gang_lines,
     )

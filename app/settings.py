@@ -64,6 +64,10 @@ class Settings:
     webhook_port: int = 8443
     #: Node label keys of the network topology levels, broadest first (``app.core.state.domains``).
     topology_keys: tuple[str, ...] = DEFAULT_KEYS
+    #: Seconds between samples of queue shares (``/debug/queues/history``, the dashboard chart).
+    share_interval_seconds: float = 5.0
+    #: Samples of queue shares kept (the oldest are dropped): one hour at the default interval.
+    share_history: int = 720
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

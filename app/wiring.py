@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
 from app.core.insight.census import CensusTaker
-from app.core.insight.explain import Headlines
+from app.core.insight.explain import GangLines, Headlines
+from app.core.insight.shares import ShareHistory, ShareSampler, pending_pods
 from app.core.policies.fgd import default_policy
 from app.core.policies.gangorder import gang_order
 from app.core.policies.gpuplacement import GpuPlacement
@@ -60,6 +61,11 @@ class Graph:
     headlines: Headlines
     #: Gangs, queues and free GPUs counted for metrics (on the headlines' per-cycle look).
     census: CensusTaker
+    #: Queue shares over time, sampled by ``sampler`` once it is started (the server does).
+    shares: ShareHistory
+    sampler: ShareSampler
+    #: Every gang's brief story with its ETA, at most once per planner cycle (the dashboard).
+    gang_lines: GangLines
 
 
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
@@ -124,6 +130,14 @@ def build_graph(
         journal=journal,
         wall=wall,
     )
+    shares = ShareHistory(settings.share_history)
+    sampler = ShareSampler(
+        shares,
+        lambda: planner.usage(pending_pods(cache.snapshot())),
+        interval=settings.share_interval_seconds,
+        wall=wall,
+    )
+    gang_lines = GangLines(planner.look, lambda: planner.cycles, clock)
     return Graph(
         settings,
         cache,
@@ -140,4 +154,7 @@ def build_graph(
         headlines,
         # The headlines' once-per-cycle outlook, or (planner busy) the next one, waited for.
         CensusTaker(lambda: headlines.outlook() or planner.look()),
+        shares,
+        sampler,
+        gang_lines,
     )

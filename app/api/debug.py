@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.core.gpu.ledger import device_count
 from app.core.gpu.links import topology_of
+from app.core.insight.shares import pending_pods
 from app.core.model.quantity import format_milli
 from app.core.model.queues import UNLIMITED
 from app.core.model.values import RESOURCE_NAMES, Node, Resources
@@ -26,10 +27,20 @@ def _amounts(resources: Resources) -> dict[str, str]:
 
 
 @router.get("/nodes", summary="Every node with capacity, used and free resources")
-def nodes(request: Request) -> dict[str, Any]:
-    """Per node: allocatable, used (assumed binds included), free, GPUs and pod count."""
-    snapshot = request.app.state.muster.cache.snapshot()
+def nodes(
+    request: Request,
+    since: Annotated[
+        int | None, Query(ge=0, description="a generation seen before: unchanged, no nodes")
+    ] = None,
+) -> dict[str, Any]:
+    """Per node: allocatable, used (assumed binds included), free, GPUs and pod count; plus
+    the topology label keys (broadest first). With ``since`` equal to the current generation
+    the answer is just ``{"generation", "unchanged": true}`` (a poller's cheap no-op)."""
+    services = request.app.state.muster
+    snapshot = services.cache.snapshot()
     view = snapshot.view
+    if since is not None and since == view.generation:
+        return {"generation": view.generation, "unchanged": True}
     pods_per_node: dict[str, int] = {}
     for node in snapshot.placement.values():
         pods_per_node[node] = pods_per_node.get(node, 0) + 1
@@ -62,7 +73,12 @@ def nodes(request: Request) -> dict[str, Any]:
                 "pods": pods_per_node.get(node.name, 0),
             }
         )
-    return {"generation": view.generation, "count": len(items), "nodes": items}
+    return {
+        "generation": view.generation,
+        "topologyKeys": list(services.settings.topology_keys),
+        "count": len(items),
+        "nodes": items,
+    }
 
 
 def _devices(
@@ -153,8 +169,7 @@ def queues(request: Request) -> dict[str, Any]:
     services = request.app.state.muster
     planner = services.extender.planner
     snapshot = services.cache.snapshot()
-    pending = [p for uid, p in snapshot.pods.items() if not snapshot.placement.get(uid)]
-    usage = planner.usage(pending)
+    usage = planner.usage(pending_pods(snapshot))
     fair = deserved(usage)
     book = ledger(usage)
     config = usage.config

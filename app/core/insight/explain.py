@@ -744,6 +744,59 @@ def _spread(nodes: Any) -> str:
     return ", ".join(f"{n} ({c})" if c > 1 else n for n, c in sorted(counts.items()))
 
 
+@dataclass(frozen=True, slots=True)
+class GangLine:
+    """One gang in a list of all of them: its queue and its brief story (state, category,
+    summary and, when it waits, the ETA; no fixes, node reasons or queue path)."""
+
+    key: str
+    queue: str
+    answer: Explanation
+
+
+def explain_gangs(outlook: Outlook) -> list[GangLine]:
+    """Every gang ``outlook`` knows, by key, each with its queue and brief story plus ETA."""
+    lines = []
+    for key in sorted(outlook.gangs):
+        job = _gang_job(outlook.gangs[key], f"gang {key}")
+        answer = _explain(outlook, job, brief=True)
+        answer.eta_seconds = (
+            _eta(outlook, job, answer.category) if answer.state == "waiting" else 0.0
+        )
+        lines.append(GangLine(key, _queue_of(outlook, job), answer))
+    return lines
+
+
+class GangLines:
+    """``explain_gangs`` on the planner's state, computed at most once per planner cycle and
+    ``max_age`` seconds (a dashboard polling it costs one look per cycle, not one per poll)."""
+
+    def __init__(
+        self,
+        look: Callable[[], Outlook],
+        cycles: Callable[[], int],
+        clock: Callable[[], float],
+        max_age: float = 2.0,
+    ) -> None:
+        self._look = look
+        self._cycles = cycles
+        self._clock = clock
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._memo: tuple[int, float, list[GangLine]] | None = None
+
+    def __call__(self) -> list[GangLine]:
+        """The current lines (from the memo when no cycle ran and it is fresh)."""
+        with self._lock:
+            cycle, now = self._cycles(), self._clock()
+            memo = self._memo
+            if memo is not None and memo[0] == cycle and now - memo[1] < self._max_age:
+                return memo[2]
+            lines = explain_gangs(self._look())
+            self._memo = (cycle, now, lines)
+            return lines
+
+
 class Headlines:
     """``category: summary (gang KEY)`` for waiting gang members, as filter tells
     kube-scheduler (so its FailedScheduling events and PodScheduled conditions tell the same
