@@ -1,0 +1,87 @@
+"""The dashboard on the 1,213-node openb cluster: pods from the openb trace placed through the
+extender verbs, then each page loaded in Chromium; prints each page's render time (measured by
+the page from its navigation start to its first complete render). Not a timing test: the only
+bound is a very generous one, so a page that hangs fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import ModuleType
+
+import httpx
+import pytest
+from playwright.sync_api import Browser
+
+from app.core.gpu.table import GpuTable
+from app.core.model.clusterfile import load_cluster_file
+from app.main import create_app
+from app.settings import Settings
+from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trace
+from app.sim.tracedata import openb_dir
+from tests.conftest import running
+from tests.scriptload import script_module
+from tests.ui.browser import SHOTS, chromium, visit
+from tests.ui.staging import KubeScheduler, member
+
+#: Trace pods offered to the extender (of ~8,000 arrivals): about half the cluster's GPUs.
+PODS = 2500
+#: Milliseconds a page may take before the test fails: far above the 1 s goal, so that only
+#: a page that hangs fails on a loaded machine (the figure itself is printed, not judged).
+GENEROUS_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def replay() -> Iterator[ModuleType]:
+    yield from script_module("replay_openb")
+
+
+@pytest.fixture(scope="module")
+def openb(replay: ModuleType) -> Iterator[httpx.Client]:
+    folder = openb_dir()
+    nodes_path = folder / DEFAULT_NODES
+    nodes = load_cluster_file(nodes_path)
+    trace = load_trace(folder / DEFAULT_TRACE)
+    arrivals = arrival_order(trace, GpuTable.from_nodes(nodes).gpu_capacity, 0)[:PODS]
+    names = [n.name for n in nodes]
+    with running(create_app(Settings(cluster_file=nodes_path))) as client:
+        replayer = replay.Replayer({"muster": client}, names)
+        started = time.perf_counter()
+        placed = 0
+        for k, i in enumerate(arrivals.tolist()):
+            name, uid = replay.arrival_identity(k, trace, i)
+            node, _ = replayer.place(replay.pod_json(trace, i, name, uid), name, uid)
+            placed += node is not None
+        assert replayer.bind_errors == []
+        # A few gangs too: two 8-GPU members that wait for the rest of their gang.
+        ks = KubeScheduler(client, names)
+        for g in range(20):
+            for m in range(2):
+                ks.filter(member(f"job{g}-{m}", f"job{g}", 4, 8, "default"))
+        print(
+            f"\nopenb: {len(nodes)} nodes, {placed} of {len(arrivals)} trace pods placed "
+            f"through the extender in {time.perf_counter() - started:.1f} s"
+        )
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.mark.parametrize("name", ["nodes", "queues", "gangs"])
+def test_each_page_renders_the_openb_cluster(
+    browser: Browser, openb: httpx.Client, name: str
+) -> None:
+    base = str(openb.base_url).rstrip("/")
+    with visit(browser, base, name, "openb, 1,213 nodes") as page:
+        ms = float(page.evaluate("document.documentElement.dataset.sinceNavigationMs"))
+        assert ms < GENEROUS_MS
+        if name == "nodes":
+            count = openb.get("/debug/nodes").json()["count"]
+            assert count == 1213
+            assert page.locator("#n-maps .node").count() == count
+            assert page.locator("#n-maps .d.shared").count() > 0
+            page.screenshot(path=str(SHOTS / "nodes-openb.png"))
