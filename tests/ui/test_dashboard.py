@@ -249,22 +249,78 @@ def test_nodes_page_maps_every_gpu_by_topology_domain(
         page.screenshot(path=str(SHOTS / "nodes.png"), full_page=True)
 
 
+@pytest.fixture(scope="module")
+def decisions() -> Iterator[httpx.Client]:
+    """A Muster whose journal holds plans, gangs started, a preemption and a barrier timeout."""
+    with running(create_app(Settings(demo=True, bind_barrier_seconds=0.5))) as client:
+        ks = KubeScheduler(client, DEMO_NODES)
+        batch = [member(f"batch-{i}", "batch", 4, 8, "default", ns="batch") for i in range(4)]
+        ks.schedule_gang(batch)
+        urgent = [member(f"urgent-{i}", "urgent", 2, 8, "default") for i in range(2)]
+        for pod in urgent:
+            pod["spec"]["priority"] = 1000
+        ks.schedule_gang(urgent)  # the planner evicts the whole batch gang for it
+        half = [member(f"half-{i}", "half", 2, 1, "default") for i in range(2)]
+        for pod in half:
+            ks.filter(pod)
+        node = ks.pick(half[0])
+        assert node and "within 0.5s" in ks.bind(half[0], node)  # its partner never comes
+        yield client
+
+
+def test_events_page_lists_recent_decisions_live(browser: Browser, decisions: httpx.Client) -> None:
+    with visit(browser, base(decisions), "events", "demo cluster") as page:
+
+        def rows_match() -> None:
+            journal = decisions.get("/debug/events", params={"limit": 1000}).json()
+            shown = page.locator("#e-table tbody tr").evaluate_all(
+                "rows => rows.map(r => Number(r.dataset.seq))"
+            )
+            assert shown == [e["seq"] for e in reversed(journal["events"])]  # newest first
+            for event in journal["events"]:
+                where = f"#e-table tr[data-seq='{event['seq']}']"
+                assert cell(page, where, "kind") == event["kind"]
+                assert cell(page, where, "gang") == event["gang"]
+                assert cell(page, where, "message") == event["message"]
+                for victim in event["victims"]:
+                    assert victim["unit"] in cell(page, where, "victims")
+            for kind, count in journal["totals"]["counts"].items():
+                if count:
+                    assert page.locator(f"[data-total='{kind}']").inner_text() == str(count)
+
+        eventually(rows_match)
+        kinds = {e["kind"] for e in decisions.get("/debug/events").json()["events"]}
+        assert {"plan", "gang-started", "preemption", "barrier-timeout"} <= kinds
+        page.screenshot(path=str(SHOTS / "events.png"), full_page=True)
+        page.select_option("#e-kind", "preemption")
+        shown = page.locator("#e-table tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.kind)"
+        )
+        assert shown == ["preemption"]
+        page.select_option("#e-kind", "")
+        # A new decision appears without a reload (the page polls with since=).
+        ks = KubeScheduler(decisions, DEMO_NODES)
+        ks.schedule_gang([member(f"late-{i}", "late", 2, 1, "default") for i in range(2)])
+        page.wait_for_selector("#e-table tr[data-kind='gang-started']:has-text('ml/late')")
+        eventually(rows_match)
+
+
 def test_the_dashboard_is_served_from_the_package_without_the_internet(
     browser: Browser, muster: httpx.Client
 ) -> None:
     requested: list[str] = []
     with open_page(browser) as (page, console):
         page.on("request", lambda request: requested.append(request.url))
-        for name in ("queues", "gangs", "nodes"):
+        for name in ("queues", "gangs", "nodes", "events"):
             show(page, base(muster), name)
+            assert page.locator("h1").all_inner_texts() == [name.capitalize()]
+            assert page.locator("table th[scope='col']").count() > 0
         assert requested and all(url.startswith(base(muster)) for url in requested), requested
-        headings = page.locator("h1").all_inner_texts()
-        assert headings == ["Nodes"]
         assert console.errors == []
 
 
 def test_screenshots_are_where_the_readme_shows_them() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    for name in ("queues", "gangs", "nodes"):
+    for name in ("queues", "gangs", "nodes", "events"):
         assert f"docs/ui/{name}.png" in readme
         assert (SHOTS / f"{name}.png").is_file()

@@ -71,7 +71,7 @@ def browser() -> Iterator[Browser]:
         yield b
 
 
-@pytest.mark.parametrize("name", ["nodes", "queues", "gangs"])
+@pytest.mark.parametrize("name", ["nodes", "queues", "gangs", "events"])
 def test_each_page_renders_the_openb_cluster(
     browser: Browser, openb: httpx.Client, name: str
 ) -> None:
