@@ -23,6 +23,12 @@ function domainOf(node, keys) {
   return parts.length ? parts.join(" / ") : "";
 }
 
+/** How nodes are grouped: by topology domain, or by GPU model. */
+const GROUPINGS = {
+  topology: { label: "topology domain", of: domainOf, none: "no topology labels" },
+  model: { label: "GPU model", of: (node) => node.gpuModel || "", none: "no GPU" },
+};
+
 /** A node's GPUs: used and free by its devices, and held for a waiting gang beyond them. */
 export function gpuUse(node) {
   let free = 0;
@@ -32,10 +38,10 @@ export function gpuUse(node) {
 }
 
 /** Per domain: nodes, GPUs (total/used/held/free), devices by kind, fragmented free GPU. */
-export function summarize(nodes, keys) {
+export function summarize(nodes, keys, groupOf = domainOf) {
   const domains = new Map();
   for (const node of nodes) {
-    const key = domainOf(node, keys);
+    const key = groupOf(node, keys);
     let d = domains.get(key);
     if (!d) {
       d = { name: key, nodes: [], total: 0, used: 0, held: 0, free: 0, whole: 0, shared: 0, idle: 0, fragmented: 0 };
@@ -101,11 +107,13 @@ function detail(node) {
 export function create(main, rest) {
   let data = null;
   let model = "";
+  let grouping = "topology";
   let selected = rest[0] || "";
   main.innerHTML = `
     <h1>Nodes</h1>
     <p class="meta" id="n-total"></p>
     <div class="toolbar">
+      <label>Group by <select id="n-group">${Object.entries(GROUPINGS).map(([k, g]) => `<option value="${k}">${g.label}</option>`).join("")}</select></label>
       <label>GPU model <select id="n-model"><option value="">all</option></select></label>
       <span class="legend"><i class="d whole"></i>held whole <i class="d shared" style="--u:.5"></i>shared (fill = used)
         <i class="d idle"></i>idle <span class="node frag legend-node"><i class="d shared" style="--u:.3"></i></span>node with fragmented free GPU
@@ -113,10 +121,10 @@ export function create(main, rest) {
     </div>
     <section id="n-detail" class="panel" hidden></section>
     <section aria-labelledby="n-domains-h">
-      <h2 id="n-domains-h">Topology domains</h2>
+      <h2 id="n-domains-h">By topology domain</h2>
       <div class="tablewrap"><table class="grid" id="n-domains">
         <caption class="sr-only">GPUs per topology domain</caption>
-        <thead><tr><th scope="col">Domain</th><th scope="col" class="num">Nodes</th><th scope="col" class="num">GPUs</th>
+        <thead><tr><th scope="col" id="n-group-h">Domain</th><th scope="col" class="num">Nodes</th><th scope="col" class="num">GPUs</th>
           <th scope="col" class="num">Used</th><th scope="col" class="num">Held</th><th scope="col" class="num">Free</th><th scope="col" class="num">Idle devices</th>
           <th scope="col" class="num">Shared devices</th><th scope="col" class="num">Fragmented free</th><th scope="col" class="num">Fragmentation</th></tr></thead>
         <tbody></tbody>
@@ -125,6 +133,8 @@ export function create(main, rest) {
     <div id="n-maps"></div>`;
   const select = main.querySelector("#n-model");
   select.addEventListener("change", () => { model = select.value; render(); });
+  const groupSelect = main.querySelector("#n-group");
+  groupSelect.addEventListener("change", () => { grouping = groupSelect.value; render(); });
 
   function render() {
     const all = data.nodes;
@@ -134,7 +144,10 @@ export function create(main, rest) {
       select.value = models.includes(model) ? model : "";
     }
     const nodes = model ? all.filter((n) => n.gpuModel === model) : all;
-    const domains = summarize(nodes, data.topologyKeys);
+    const group = GROUPINGS[grouping];
+    const domains = summarize(nodes, data.topologyKeys, group.of);
+    main.querySelector("#n-domains-h").textContent = `By ${group.label}`;
+    main.querySelector("#n-group-h").textContent = grouping === "topology" ? "Domain" : "GPU model";
     const totals = summarize(nodes, []).at(0) || { total: 0, used: 0, held: 0, free: 0, fragmented: 0, nodes: [] };
     main.querySelector("#n-total").innerHTML = `<span data-field="nodes">${nodes.length}</span> nodes ·
       <span data-field="gpus">${gpus(totals.total)}</span> GPUs · <span data-field="used">${gpus(totals.used)}</span> used ·
@@ -142,7 +155,7 @@ export function create(main, rest) {
       <span data-field="free">${gpus(totals.free)}</span> free, of which <span data-field="fragmented">${gpus(totals.fragmented)}</span> fragmented
       (${totals.free > 0 ? pct(totals.fragmented / totals.free) : "0.0%"}) · topology levels: ${esc(data.topologyKeys.join(" > "))}`;
     main.querySelector("#n-domains tbody").innerHTML = domains.map((d) => `<tr data-domain="${esc(d.name)}">
-      <th scope="row">${esc(d.name || "no topology labels")}</th>
+      <th scope="row">${esc(d.name || group.none)}</th>
       <td class="num" data-field="nodes">${d.nodes.length}</td><td class="num" data-field="gpus">${gpus(d.total)}</td>
       <td class="num" data-field="used">${gpus(d.used)}</td><td class="num" data-field="held">${gpus(d.held)}</td>
       <td class="num" data-field="free">${gpus(d.free)}</td>
@@ -151,7 +164,7 @@ export function create(main, rest) {
       <td class="num" data-field="fragmentation">${d.free > 0 ? pct(d.fragmented / d.free) : "0.0%"}</td></tr>`).join("");
     main.querySelector("#n-maps").innerHTML = domains.map((d, i) => `
       <section class="domain" data-domain="${esc(d.name)}" aria-labelledby="n-dom-h-${i}">
-        <h2 id="n-dom-h-${i}">${esc(d.name || "No topology labels")} <small>${d.nodes.length} nodes · ${gpus(d.free)} of ${gpus(d.total)} GPU free</small></h2>
+        <h2 id="n-dom-h-${i}">${esc(d.name || group.none)} <small>${d.nodes.length} nodes · ${gpus(d.free)} of ${gpus(d.total)} GPU free</small></h2>
         <div class="nodemap">${d.nodes.map(tile).join("")}</div>
       </section>`).join("");
     renderDetail();

@@ -127,6 +127,7 @@ export function create(main) {
       + `<p class="legend">${names.map((n, i) => `<span><i class="sw" style="background:${colour(i)}"></i>${esc(n)}</span>`).join(" ")}</p>`;
     for (const el of main.querySelectorAll(".q-res-name")) el.textContent = resource;
     const last = history.samples[history.samples.length - 1];
+    main.querySelector("#q-sample-time").dataset.seq = last ? String(last.seq) : "";
     main.querySelector("#q-sample-time").textContent = last ? `(#${last.seq}, ${new Date(last.time * 1000).toLocaleTimeString([], { hour12: false })})` : "";
     main.querySelector("#q-latest tbody").innerHTML = last ? names.filter((n) => last.queues[n]).map((n) => `
       <tr data-queue="${esc(n)}"><th scope="row">${esc(n)}</th>

@@ -38,6 +38,7 @@ def chromium() -> Iterator[Browser]:
             f"{CHROMIUM} not found: the dashboard tests need Debian's Chromium "
             "(apt-get install -y chromium; .ci/run does it), or MUSTER_CHROMIUM=/path/to/chromium"
         )
+    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
@@ -73,6 +74,7 @@ def open_page(
     try:
         yield page, console
     finally:
+        page.goto("about:blank")  # stops its polling before the context goes
         context.close()
 
 

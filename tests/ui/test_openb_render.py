@@ -21,7 +21,7 @@ from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trac
 from app.sim.tracedata import openb_dir
 from tests.conftest import running
 from tests.scriptload import script_module
-from tests.ui.browser import SHOTS, chromium, visit
+from tests.ui.browser import SHOTS, visit
 from tests.ui.staging import KubeScheduler, member
 
 #: Trace pods offered to the extender (of ~8,000 arrivals): about half the cluster's GPUs.
@@ -65,12 +65,6 @@ def openb(replay: ModuleType) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as b:
-        yield b
-
-
 @pytest.mark.parametrize("name", ["nodes", "queues", "gangs", "events"])
 def test_each_page_renders_the_openb_cluster(
     browser: Browser, openb: httpx.Client, name: str
@@ -85,3 +79,13 @@ def test_each_page_renders_the_openb_cluster(
             assert page.locator("#n-maps .node").count() == count
             assert page.locator("#n-maps .d.shared").count() > 0
             page.screenshot(path=str(SHOTS / "nodes-openb.png"))
+            # Grouped by GPU model: one group per model, with its node count.
+            page.select_option("#n-group", "model")
+            models: dict[str, int] = {}
+            for node in openb.get("/debug/nodes").json()["nodes"]:
+                models[node["gpuModel"]] = models.get(node["gpuModel"], 0) + 1
+            rows = page.locator("#n-domains tbody tr").evaluate_all(
+                "rows => rows.map(r => [r.dataset.domain,"
+                " Number(r.querySelector('[data-field=nodes]').textContent)])"
+            )
+            assert dict(rows) == models
