@@ -62,6 +62,10 @@ def muster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         yield client
 
 
+def queues_file(client: httpx.Client) -> Path:
+    return Path(client.get("/debug/queues").json()["file"])
+
+
 def base(client: httpx.Client) -> str:
     return str(client.base_url).rstrip("/")
 
@@ -119,6 +123,17 @@ def test_queues_page_shows_the_tree_and_the_share_history(
         page.wait_for_selector("main[data-ready='1']")
         assert page.locator("#q-chart svg path").count() == 2 * len(queues)  # kept by the server
         page.screenshot(path=str(SHOTS / "queues.png"), full_page=True)
+        # A queue file that does not validate is refused and shown; the tree stays as it was.
+        good = queues_file(muster).read_text()
+        queues_file(muster).write_text(good.replace("limit: {nvidia.com/gpu: 8}", "limit: {x: 1}"))
+        try:
+            page.wait_for_selector("#q-error:not([hidden])", timeout=20_000)
+            error = muster.get("/debug/queues").json()["configError"]
+            assert error and error in page.locator("#q-error").inner_text()
+            assert page.locator("#q-table tbody tr").count() == len(queues)
+        finally:
+            queues_file(muster).write_text(good)
+        page.wait_for_selector("#q-error[hidden]", state="attached", timeout=20_000)
 
 
 def test_gangs_page_says_why_each_gang_waits(browser: Browser, muster: httpx.Client) -> None:
