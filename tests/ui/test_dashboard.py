@@ -328,6 +328,22 @@ def test_the_dashboard_is_served_from_the_package_without_the_internet(
         assert console.errors == []
 
 
+def test_every_page_works_on_a_fresh_demo_server(browser: Browser) -> None:
+    """`make demo` with nothing submitted yet: every page renders, says so, logs no error."""
+    with running(create_app()) as client:
+        for name in ("queues", "gangs", "nodes", "events"):
+            with visit(browser, base(client), name, "empty demo cluster") as page:
+                if name == "queues":
+                    assert "no queue file" in page.locator("#q-meta").inner_text()
+                    assert page.locator("#q-table tbody tr").count() == 1  # the open queue
+                if name == "gangs":
+                    assert page.locator("#g-empty").is_visible()
+                if name == "nodes":
+                    assert page.locator("#n-maps .node").count() == 9
+                if name == "events":
+                    assert page.locator("#e-empty").is_visible()
+
+
 def test_screenshots_are_where_the_readme_shows_them() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name in ("queues", "gangs", "nodes", "events"):
