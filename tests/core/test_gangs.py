@@ -134,6 +134,38 @@ def test_barrier_timeout_answers_the_waiters_but_keeps_them_parked() -> None:
     run(scenario())
 
 
+def test_a_waiter_is_answered_even_if_the_timer_fires_before_the_clock_says_so() -> None:
+    """The barrier's clock need not agree with the event loop's timer (here it stands still):
+    a call whose wait ran out is answered all the same, never left hanging."""
+
+    async def scenario() -> None:
+        cluster = Cluster([node("n", gpus=8)], barrier_timeout=0.05, clock=lambda: 1000.0)
+        gang = [member("g", i, minimum=2) for i in range(2)]
+        cluster.cache.upsert_pods(gang)
+        alone = cluster.attempt(gang[0])
+        outcome = await asyncio.wait_for(alone.bind, 5)
+        assert outcome.reason == "BarrierTimeout"
+        assert cluster.gateway.bindings == []
+
+    run(scenario())
+
+
+def test_a_waiter_whose_plan_is_released_is_answered() -> None:
+    async def scenario() -> None:
+        cluster = Cluster([node("n", gpus=8)], barrier_timeout=0.05)
+        gang = [member("g", i, minimum=2) for i in range(2)]
+        cluster.cache.upsert_pods(gang)
+        alone = cluster.attempt(gang[0])
+        await asyncio.sleep(0)  # the call reaches the barrier
+        cluster.extender.planner.release("default/g", "test: plan dropped")
+        outcome = await asyncio.wait_for(alone.bind, 5)
+        assert outcome.reason == "PlanReleased", outcome
+        assert "plan was released" in outcome.error
+        assert cluster.gateway.bindings == []
+
+    run(scenario())
+
+
 def test_two_halves_arriving_apart_still_bind_together() -> None:
     async def scenario() -> None:
         cluster = Cluster([node("n", gpus=8)], barrier_timeout=0.1)

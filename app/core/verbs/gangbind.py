@@ -163,16 +163,16 @@ class GangBinder:
             self._journal.record("rollback", gang, queue=queue, message=reason, nodes=bound)
         return [BindOutcome(reason, "RolledBack") for _ in requests]
 
-    def expire(self) -> list[tuple[BindRequest, BindOutcome]]:
-        """Answer every bind call whose barrier wait ran out; the members stay planned and
-        parked, and are bound with the rest of their gang once it arrives. Rooms of gangs that
-        lost their plan are dropped."""
+    def expire(self, now: float | None = None) -> list[tuple[BindRequest, BindOutcome]]:
+        """Answer every bind call whose barrier wait ran out by ``now`` (default: the clock);
+        the members stay planned and parked, and are bound with the rest of their gang once it
+        arrives. Rooms of gangs that lost their plan are dropped."""
         for gang in self.barrier.gangs():
             if self._planner.plan(gang) is None:
                 self.barrier.take(gang)
         answers: list[tuple[BindRequest, BindOutcome]] = []
         arrived = self.barrier.waiting()
-        for gang, items in self.barrier.expire(self._clock()):
+        for gang, items in self.barrier.expire(self._clock() if now is None else now):
             plan = self._planner.plan(gang)
             need = len(plan.core) if plan else "?"
             reason = (
@@ -225,8 +225,16 @@ class GangBinder:
             try:
                 await asyncio.wait_for(asyncio.shield(future), max(deadline - self._clock(), 0))
             except TimeoutError:
-                for late, answer in self.expire():
+                # The loop's timer may fire a hair before the clock reaches the deadline:
+                # expire as of the deadline waited for, or this call is never answered.
+                for late, answer in self.expire(max(self._clock(), deadline)):
                     self._answer(late.uid, answer)
+                if not future.done():  # its room went with its plan: nothing else answers it
+                    why = (
+                        f"gang {ticket.gang}: its plan was released while this member waited at "
+                        "the bind barrier; it is planned again"
+                    )
+                    self._answer(uid, BindOutcome(why, "PlanReleased"))
         return await future
 
     def _answer(self, uid: str, outcome: BindOutcome) -> None:
