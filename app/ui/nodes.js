@@ -10,6 +10,8 @@ import { esc, gpus, pct } from "./format.js";
 export const title = "Nodes";
 const HOSTNAME = "kubernetes.io/hostname";
 const EPS = 1e-9;
+/** Up to this many nodes, tiles are large and carry their node's name. */
+const NAMED = 100;
 
 /** A device's kind: "whole" (held whole), "shared" (pods share it), "idle". */
 export function deviceKind(device) {
@@ -64,7 +66,7 @@ export function summarize(nodes, keys, groupOf = domainOf) {
   return list;
 }
 
-function tile(node) {
+function tile(node, named) {
   const devices = node.gpus.devices;
   let fragmented = false;
   const cells = devices.map((device) => {
@@ -84,7 +86,8 @@ function tile(node) {
   const label = `${node.name}: ${node.gpuModel || "no GPU"}, ${gpus(use.free)} of ${gpus(node.gpus.total)} GPU free`
     + `${fragmented ? " (fragmented)" : ""}${use.held > EPS ? `, ${gpus(use.held)} held for a waiting gang` : ""}`
     + `${node.unschedulable ? ", cordoned" : ""}`;
-  return `<a class="${classes.join(" ")}" href="#/nodes/${encodeURIComponent(node.name)}" data-node="${esc(node.name)}" title="${esc(label)}" aria-label="${esc(label)}">${cells || "<i class=\"d none\"></i>"}</a>`;
+  const name = named ? `<span class="nname">${esc(node.name)}</span>` : "";
+  return `<a class="${classes.join(" ")}" href="#/nodes/${encodeURIComponent(node.name)}" data-node="${esc(node.name)}" title="${esc(label)}" aria-label="${esc(label)}">${name}<span class="cells">${cells || "<i class=\"d none\"></i>"}</span></a>`;
 }
 
 function detail(node) {
@@ -162,10 +165,11 @@ export function create(main, rest) {
       <td class="num" data-field="idle">${d.idle}</td><td class="num" data-field="shared">${d.shared}</td>
       <td class="num" data-field="fragmented">${gpus(d.fragmented)}</td>
       <td class="num" data-field="fragmentation">${d.free > 0 ? pct(d.fragmented / d.free) : "0.0%"}</td></tr>`).join("");
+    const named = nodes.length <= NAMED;
     main.querySelector("#n-maps").innerHTML = domains.map((d, i) => `
       <section class="domain" data-domain="${esc(d.name)}" aria-labelledby="n-dom-h-${i}">
         <h2 id="n-dom-h-${i}">${esc(d.name || group.none)} <small>${d.nodes.length} nodes · ${gpus(d.free)} of ${gpus(d.total)} GPU free</small></h2>
-        <div class="nodemap">${d.nodes.map(tile).join("")}</div>
+        <div class="nodemap${named ? " named" : ""}">${d.nodes.map((n) => tile(n, named)).join("")}</div>
       </section>`).join("");
     renderDetail();
   }
