@@ -32,10 +32,14 @@ export function lineChart(series, title) {
     parts.push(`<line class="grid" x1="${PAD.left}" x2="${W - PAD.right}" y1="${y(v)}" y2="${y(v)}"/>`,
       `<text class="tick" x="${PAD.left - 6}" y="${y(v) + 4}" text-anchor="end">${pct(v)}</text>`);
   }
+  let previous = "";
   for (let i = 0; i <= 4; i += 1) {
     const t = t0 + ((t1 - t0) * i) / 4;
     const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
-    parts.push(`<text class="tick" x="${x(t)}" y="${H - 8}" text-anchor="${anchor}">${clock(t)}</text>`);
+    const text = clock(t);
+    if (text === previous) continue;  // a short history: one label per second
+    previous = text;
+    parts.push(`<text class="tick" x="${x(t)}" y="${H - 8}" text-anchor="${anchor}">${text}</text>`);
   }
   for (const s of series) {
     if (s.points.length === 0) continue;

@@ -17,18 +17,19 @@ function bar(row, resource) {
   const limit = quantity(row.limit[resource]);
   const fair = quantity(row.fairShare[resource]);
   const pending = quantity(row.pending[resource]);
+  const borrowed = Math.min(quantity(row.borrowed[resource]), used);
   const scale = Math.max(Number.isFinite(limit) ? limit : 0, guaranteed, used + pending, fair) || 1;
   const w = (v) => `${Math.min(100, (v / scale) * 100).toFixed(2)}%`;
-  const own = Math.min(used, guaranteed);
+  const own = used - borrowed;  // borrowing is accounted on the queues that hold pods
   const parts = [
     `<span class="seg own" style="width:${w(own)}"></span>`,
-    `<span class="seg borrowed" style="left:${w(own)};width:${w(Math.max(0, used - own))}"></span>`,
+    `<span class="seg borrowed" style="left:${w(own)};width:${w(borrowed)}"></span>`,
     `<span class="seg pending" style="left:${w(used)};width:${w(pending)}"></span>`,
     guaranteed > 0 ? `<span class="mark guaranteed" style="left:${w(guaranteed)}"></span>` : "",
     `<span class="mark fair" style="left:${w(fair)}"></span>`,
     Number.isFinite(limit) ? `<span class="mark limit" style="left:${w(limit)}"></span>` : "",
   ];
-  const label = `${resource}: used ${row.usage[resource]}, guaranteed ${row.guaranteed[resource]}, `
+  const label = `${resource}: used ${row.usage[resource]} (borrowed ${row.borrowed[resource]}), guaranteed ${row.guaranteed[resource]}, `
     + `limit ${row.limit[resource]}, fair share ${row.fairShare[resource]}, pending ${row.pending[resource]}`;
   return `<div class="qbar" role="img" aria-label="${esc(label)}" title="${esc(label)}">${parts.join("")}</div>`;
 }
@@ -48,7 +49,7 @@ export function create(main) {
     <p class="error-box" id="q-error" hidden></p>
     <div class="toolbar">
       <label>Resource <select id="q-resource">${RESOURCES.map((r) => `<option>${r}</option>`).join("")}</select></label>
-      <span class="legend"><i class="sw own"></i>used within guarantee <i class="sw borrowed"></i>borrowed
+      <span class="legend"><i class="sw own"></i>used <i class="sw borrowed"></i>of which borrowed
         <i class="sw pending"></i>pending <i class="sw mk guaranteed"></i>guaranteed <i class="sw mk fair"></i>fair share
         <i class="sw mk limit"></i>limit</span>
     </div>

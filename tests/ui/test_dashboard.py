@@ -92,6 +92,9 @@ def test_queues_page_shows_the_tree_and_the_share_history(
                     for field in FIELDS:
                         assert cell(page, where, field) == row[field][resource], (row, field)
                     assert cell(page, where, "dominantShare") == f"{row['dominantShare']:g}"
+                    bar = page.locator(f"{where} .qbar").get_attribute("aria-label") or ""
+                    used, borrowed = row["usage"][resource], row["borrowed"][resource]
+                    assert bar.startswith(f"{resource}: used {used} (borrowed {borrowed}),"), bar
 
             eventually(tree_matches)
         page.select_option("#q-resource", "nvidia.com/gpu")
