@@ -14,6 +14,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page
 
+from app.core.model.errors import GatewayError
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import running
@@ -263,8 +264,10 @@ def test_nodes_page_maps_every_gpu_by_topology_domain(
 
 @pytest.fixture(scope="module")
 def decisions() -> Iterator[httpx.Client]:
-    """A Muster whose journal holds plans, gangs started, a preemption and a barrier timeout."""
-    with running(create_app(Settings(demo=True, bind_barrier_seconds=0.5))) as client:
+    """A Muster whose journal holds plans, gangs started, a preemption, a barrier timeout and
+    a rollback (the API server refuses one member's Binding)."""
+    app = create_app(Settings(demo=True, bind_barrier_seconds=0.5))
+    with running(app) as client:
         ks = KubeScheduler(client, DEMO_NODES)
         batch = [member(f"batch-{i}", "batch", 4, 8, "default", ns="batch") for i in range(4)]
         ks.schedule_gang(batch)
@@ -277,6 +280,11 @@ def decisions() -> Iterator[httpx.Client]:
             ks.filter(pod)
         node = ks.pick(half[0])
         assert node and "within 0.5s" in ks.bind(half[0], node)  # its partner never comes
+        gateway = app.state.muster.gateway  # the in-memory API server of standalone mode
+        gateway.fail[("bind", "ml/roll-1")] = GatewayError("Conflict", "the pod was changed")
+        roll = [member(f"roll-{i}", "roll", 2, 1, "default") for i in range(2)]
+        with pytest.raises(AssertionError, match="rolled back"):
+            ks.schedule_gang(roll)
         yield client
 
 
@@ -302,7 +310,7 @@ def test_events_page_lists_recent_decisions_live(browser: Browser, decisions: ht
 
         eventually(rows_match)
         kinds = {e["kind"] for e in decisions.get("/debug/events").json()["events"]}
-        assert {"plan", "gang-started", "preemption", "barrier-timeout"} <= kinds
+        assert {"plan", "gang-started", "preemption", "barrier-timeout", "rollback"} <= kinds
         page.screenshot(path=str(SHOTS / "events.png"), full_page=True)
         page.select_option("#e-kind", "preemption")
         shown = page.locator("#e-table tbody tr").evaluate_all(
