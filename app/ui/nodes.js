@@ -31,6 +31,26 @@ const GROUPINGS = {
   model: { label: "GPU model", of: (node) => node.gpuModel || "", none: "no GPU" },
 };
 
+/** Fragmented free GPU of a node: free shares on partly used devices. */
+function fragmentedOf(node) {
+  let out = 0;
+  for (const device of node.gpus.devices) if (deviceKind(device) === "shared") out += device.free;
+  return out;
+}
+
+/** Orders of the tiles inside a group. */
+const ORDERS = {
+  name: { label: "name", compare: (a, b) => a.name.localeCompare(b.name) },
+  fragmented: {
+    label: "most fragmented first",
+    compare: (a, b) => fragmentedOf(b) - fragmentedOf(a) || a.name.localeCompare(b.name),
+  },
+  free: {
+    label: "most free first",
+    compare: (a, b) => gpuUse(b).free - gpuUse(a).free || a.name.localeCompare(b.name),
+  },
+};
+
 /** A node's GPUs: used and free by its devices, and held for a waiting gang beyond them. */
 export function gpuUse(node) {
   let free = 0;
@@ -40,7 +60,7 @@ export function gpuUse(node) {
 }
 
 /** Per domain: nodes, GPUs (total/used/held/free), devices by kind, fragmented free GPU. */
-export function summarize(nodes, keys, groupOf = domainOf) {
+export function summarize(nodes, keys, groupOf = domainOf, compare = ORDERS.name.compare) {
   const domains = new Map();
   for (const node of nodes) {
     const key = groupOf(node, keys);
@@ -62,7 +82,7 @@ export function summarize(nodes, keys, groupOf = domainOf) {
     }
   }
   const list = [...domains.values()].sort((a, b) => (a.name === "") - (b.name === "") || a.name.localeCompare(b.name));
-  for (const d of list) d.nodes.sort((a, b) => a.name.localeCompare(b.name));
+  for (const d of list) d.nodes.sort(compare);
   return list;
 }
 
@@ -111,6 +131,7 @@ export function create(main, rest) {
   let data = null;
   let model = "";
   let grouping = "topology";
+  let order = "name";
   let selected = rest[0] || "";
   main.innerHTML = `
     <h1>Nodes</h1>
@@ -118,6 +139,7 @@ export function create(main, rest) {
     <div class="toolbar">
       <label>Group by <select id="n-group">${Object.entries(GROUPINGS).map(([k, g]) => `<option value="${k}">${g.label}</option>`).join("")}</select></label>
       <label>GPU model <select id="n-model"><option value="">all</option></select></label>
+      <label>Order <select id="n-order">${Object.entries(ORDERS).map(([k, o]) => `<option value="${k}">${o.label}</option>`).join("")}</select></label>
       <span class="legend"><i class="d whole"></i>held whole <i class="d shared" style="--u:.5"></i>shared (fill = used)
         <i class="d idle"></i>idle <span class="node frag legend-node"><i class="d shared" style="--u:.3"></i></span>node with fragmented free GPU
         <span class="node held legend-node"><i class="d idle"></i></span>held for a waiting gang</span>
@@ -138,6 +160,8 @@ export function create(main, rest) {
   select.addEventListener("change", () => { model = select.value; render(); });
   const groupSelect = main.querySelector("#n-group");
   groupSelect.addEventListener("change", () => { grouping = groupSelect.value; render(); });
+  const orderSelect = main.querySelector("#n-order");
+  orderSelect.addEventListener("change", () => { order = orderSelect.value; render(); });
 
   function render() {
     const all = data.nodes;
@@ -148,7 +172,7 @@ export function create(main, rest) {
     }
     const nodes = model ? all.filter((n) => n.gpuModel === model) : all;
     const group = GROUPINGS[grouping];
-    const domains = summarize(nodes, data.topologyKeys, group.of);
+    const domains = summarize(nodes, data.topologyKeys, group.of, ORDERS[order].compare);
     main.querySelector("#n-domains-h").textContent = `By ${group.label}`;
     main.querySelector("#n-group-h").textContent = grouping === "topology" ? "Domain" : "GPU model";
     const totals = summarize(nodes, []).at(0) || { total: 0, used: 0, held: 0, free: 0, fragmented: 0, nodes: [] };

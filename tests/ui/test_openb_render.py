@@ -1,5 +1,6 @@
-"""The dashboard on the 1,213-node openb cluster: pods from the openb trace placed through the
-extender verbs, then each page loaded in Chromium; prints each page's render time (measured by
+"""The dashboard on the 1,213-node openb cluster (``muster serve --cluster`` in a child
+process): pods from the openb trace placed through the extender verbs, then each page loaded
+in Chromium; prints each page's render time (measured by
 the page from its navigation start to its first complete render). Not a timing test: the only
 bound is a very generous one, so a page that hangs fails."""
 
@@ -15,11 +16,8 @@ from playwright.sync_api import Browser
 
 from app.core.gpu.table import GpuTable
 from app.core.model.clusterfile import load_cluster_file
-from app.main import create_app
-from app.settings import Settings
 from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trace
 from app.sim.tracedata import openb_dir
-from tests.conftest import running
 from tests.scriptload import script_module
 from tests.ui.browser import SHOTS, visit
 from tests.ui.staging import KubeScheduler, member
@@ -53,7 +51,13 @@ def openb(replay: ModuleType) -> Iterator[httpx.Client]:
     trace = load_trace(folder / DEFAULT_TRACE)
     arrivals = arrival_order(trace, GpuTable.from_nodes(nodes).gpu_capacity, 0)[:PODS]
     names = [n.name for n in nodes]
-    with running(create_app(Settings(cluster_file=nodes_path))) as client:
+    # `muster serve --cluster` in its own process, as users run it (not in the test's process,
+    # where the browser driver would compete with it for the interpreter).
+    with (
+        replay.servers(nodes_path, baseline=False) as urls,
+        replay.make_client(urls["muster"]) as client,
+    ):
+        assert replay.wait_ready(client)["nodes"] == len(nodes)
         replayer = replay.Replayer({"muster": client}, names)
         started = time.perf_counter()
         placed = 0
@@ -82,6 +86,13 @@ def test_each_page_renders_the_openb_cluster(
     with visit(browser, base, name, "openb, 1,213 nodes") as page:
         ms = float(page.evaluate("document.documentElement.dataset.sinceNavigationMs"))
         assert ms < GENEROUS_MS
+        # Again in the same browser (its files revalidated, not re-sent: 304), as when the
+        # page is opened a second time; the first figure includes starting the renderer.
+        page.reload()
+        page.wait_for_selector(f"main[data-page='{name}'][data-ready='1']")
+        warm = float(page.evaluate("document.documentElement.dataset.sinceNavigationMs"))
+        assert warm < GENEROUS_MS
+        print(f"{name} page rendered again (reload) in {warm:.0f} ms")
         fetch_ms = sorted(
             page.evaluate(
                 """async (paths) => {
@@ -95,7 +106,7 @@ def test_each_page_renders_the_openb_cluster(
         )[ROUNDS // 2]
         print(
             f"{name}: baseline, its data fetched and parsed alone in the page: {fetch_ms:.0f} ms"
-            f" (first render / baseline: {ms / max(fetch_ms, 1):.1f})"
+            f" (reload / baseline: {warm / max(fetch_ms, 1):.1f})"
         )
         if name == "nodes":
             count = openb.get("/debug/nodes").json()["count"]
@@ -124,3 +135,14 @@ def test_each_page_renders_the_openb_cluster(
                 " Number(r.querySelector('[data-field=nodes]').textContent)])"
             )
             assert dict(rows) == models
+            # Most fragmented first: within each group, the outlined tiles lead.
+            page.select_option("#n-order", "fragmented")
+            leads = page.locator("#n-maps .nodemap").evaluate_all(
+                """maps => maps.map((m) => {
+                    const tiles = [...m.querySelectorAll('.node')];
+                    const first = tiles.findIndex((t) => !t.classList.contains('frag'));
+                    const rest = tiles.slice(first < 0 ? tiles.length : first);
+                    return rest.every((t) => !t.classList.contains('frag'));
+                })"""
+            )
+            assert leads and all(leads)
