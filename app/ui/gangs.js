@@ -5,6 +5,27 @@ import { duration, esc } from "./format.js";
 
 export const title = "Gangs";
 const STATES = ["waiting", "planned", "binding", "running", "unknown"];
+/** Table columns: sort key (none: not sortable), heading, class. */
+const COLUMNS = [
+  ["gang", "Gang", ""], ["queue", "Queue", ""], ["state", "State", ""], ["age", "Age", "num"],
+  ["members", "Members", "num"], ["category", "Category", ""], ["", "Why", ""], ["eta", "ETA", "num"],
+  ["", "Explain", ""],
+];
+/** How rows compare under each sort key (unknown ages and ETAs last). */
+const LAST = Number.POSITIVE_INFINITY;
+const SORTS = {
+  gang: (r) => r.gang,
+  queue: (r) => r.queue,
+  state: (r) => STATES.indexOf(r.state),
+  age: (r) => (r.ageSeconds === null ? -1 : r.ageSeconds),
+  members: (r) => r.members,
+  category: (r) => (r.state === "waiting" ? r.category : "~"),
+  eta: (r) => (r.state !== "waiting" ? -1 : r.eta_seconds === null ? LAST : r.eta_seconds),
+};
+
+function compare(a, b) {
+  return typeof a === "string" ? a.localeCompare(b) : a - b;
+}
 
 function explainPanel(body) {
   const fixes = body.fixes.length
@@ -26,6 +47,7 @@ function explainPanel(body) {
 
 export function create(main, rest) {
   let filter = { state: "", text: "" };
+  let sort = { key: "", direction: 1 };
   let rows = [];
   let selected = rest.length >= 2 ? `${rest[0]}/${rest[1]}` : "";
   main.innerHTML = `
@@ -37,15 +59,25 @@ export function create(main, rest) {
     </div>
     <div class="tablewrap"><table class="grid" id="g-table">
       <caption class="sr-only">Gangs with their state and why they wait</caption>
-      <thead><tr><th scope="col">Gang</th><th scope="col">Queue</th><th scope="col">State</th>
-        <th scope="col" class="num">Age</th><th scope="col" class="num">Members</th><th scope="col">Category</th>
-        <th scope="col">Why</th><th scope="col" class="num">ETA</th><th scope="col">Explain</th></tr></thead>
+      <thead><tr>${COLUMNS.map(([key, label, cls]) => key
+        ? `<th scope="col" class="${cls}" data-sort="${key}" aria-sort="none"><button type="button" class="sort">${label}</button></th>`
+        : `<th scope="col" class="${cls}">${label}</th>`).join("")}</tr></thead>
       <tbody></tbody>
     </table></div>
     <p class="empty" id="g-empty" hidden>No gangs: Muster has seen no pod with a gang label yet.</p>
     <section id="g-explain" class="panel" aria-live="polite" hidden></section>`;
   main.querySelector("#g-state").addEventListener("change", (e) => { filter.state = e.target.value; render(); });
   main.querySelector("#g-text").addEventListener("input", (e) => { filter.text = e.target.value.toLowerCase(); render(); });
+  for (const th of main.querySelectorAll("#g-table th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const key = th.dataset.sort;
+      sort = { key, direction: sort.key === key ? -sort.direction : 1 };
+      for (const other of main.querySelectorAll("#g-table th[data-sort]")) {
+        other.setAttribute("aria-sort", other === th ? (sort.direction > 0 ? "ascending" : "descending") : "none");
+      }
+      render();
+    });
+  }
 
   function render() {
     const counts = {};
@@ -54,6 +86,10 @@ export function create(main, rest) {
       + STATES.filter((s) => counts[s]).map((s) => ` · <span data-count="${s}">${counts[s]}</span> ${s}`).join("");
     const shown = rows.filter((r) => (!filter.state || r.state === filter.state)
       && (!filter.text || `${r.gang} ${r.queue} ${r.category} ${r.summary}`.toLowerCase().includes(filter.text)));
+    if (sort.key) {
+      const of = SORTS[sort.key];
+      shown.sort((a, b) => sort.direction * compare(of(a), of(b)) || a.gang.localeCompare(b.gang));
+    }
     main.querySelector("#g-empty").hidden = rows.length > 0;
     main.querySelector("#g-table tbody").innerHTML = shown.map((r) => {
       const [ns, name] = r.gang.split("/");

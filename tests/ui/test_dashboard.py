@@ -167,6 +167,18 @@ def test_gangs_page_says_why_each_gang_waits(browser: Browser, muster: httpx.Cli
         assert outlook["ml/llama"]["category"] == "gang-incomplete"
         assert outlook["ml/big"]["state"] == "waiting"
         assert outlook["ml/big"]["category"] in ("capacity", "fragmentation", "reservation")
+
+        # Sorting by a column (a button in its header, aria-sort says which way).
+        def states() -> list[str]:
+            return page.locator("#g-table tbody [data-field='state']").all_inner_texts()
+
+        page.click("#g-table th[data-sort='state'] button")
+        assert page.get_attribute("#g-table th[data-sort='state']", "aria-sort") == "ascending"
+        order = ["waiting", "planned", "binding", "running", "unknown"]
+        assert states() == sorted(states(), key=order.index) and states()[0] == "waiting"
+        page.click("#g-table th[data-sort='state'] button")
+        assert page.get_attribute("#g-table th[data-sort='state']", "aria-sort") == "descending"
+        assert states() == sorted(states(), key=order.index, reverse=True)
         page.click("#g-table tr[data-gang='ml/big'] th a")
         page.wait_for_selector("#g-explain:not([hidden]) h3")
         explained = muster.get("/explain/ml/gang/big").json()
