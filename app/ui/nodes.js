@@ -166,7 +166,8 @@ export function create(main, rest) {
   function render() {
     const all = data.nodes;
     const models = [...new Set(all.map((n) => n.gpuModel).filter(Boolean))].sort();
-    if (select.options.length !== models.length + 1) {
+    if (select.dataset.models !== models.join("\n")) {
+      select.dataset.models = models.join("\n");
       select.innerHTML = `<option value="">all</option>${models.map((m) => `<option>${esc(m)}</option>`).join("")}`;
       select.value = models.includes(model) ? model : "";
     }
