@@ -7,6 +7,7 @@ browser is the ``chromium`` package (``apt-get install -y chromium``; ``.ci/run`
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,8 +27,15 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: Where the tests write the README's screenshots.
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+#: The README's screenshots (docs/ui), which the tests rewrite when MUSTER_SCREENSHOTS=1.
+README_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+#: Where the tests write their screenshots: the README's, or a scratch folder so a test run
+#: leaves the checkout as it was.
+SHOTS = (
+    README_SHOTS
+    if os.environ.get("MUSTER_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "muster-ui-screenshots"
+)
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from app.core.model.errors import GatewayError
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import running
-from tests.ui.browser import SHOTS, open_page, show, visit
+from tests.ui.browser import README_SHOTS, SHOTS, open_page, show, visit
 from tests.ui.staging import DEMO_NODES, QUEUES, KubeScheduler, member, shared
 
 FIELDS = ("usage", "guaranteed", "limit", "borrowed", "lent", "fairShare", "pending")
@@ -371,4 +371,4 @@ def test_screenshots_are_where_the_readme_shows_them() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name in ("queues", "gangs", "nodes", "events"):
         assert f"docs/ui/{name}.png" in readme
-        assert (SHOTS / f"{name}.png").is_file()
+        assert (README_SHOTS / f"{name}.png").is_file()
