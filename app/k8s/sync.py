@@ -14,6 +14,7 @@ Objects are parsed from the raw JSON (``_preload_content=False``) and handed str
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import socket
@@ -29,6 +30,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
+from app.core.model.values import Node, Pod
 from app.core.state.cache import ClusterCache
 
 if TYPE_CHECKING:
@@ -60,9 +62,13 @@ class Kind:
 
     name: str
     list_fn: Callable[..., Any]
-    replace: Callable[[list[dict[str, Any]]], int]
+    #: Gets every listed item (converted by ``convert`` if given); returns how many it kept.
+    replace: Callable[[list[Any]], int]
     upsert: Callable[[dict[str, Any]], object]  # what it returns is ignored
     delete: Callable[[dict[str, Any]], object]  # what it returns is ignored
+    #: Converts each listed object as its page arrives (``None``: skip it), so a large LIST
+    #: never holds every raw object at once; without it ``replace`` gets the raw objects.
+    convert: Callable[[dict[str, Any]], Any] | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -177,7 +183,8 @@ class Reflector:
 
     def _list(self) -> str:
         """LIST every object (paged), replace the cache's set; return the resourceVersion."""
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
+        listed = 0
         token: str | None = None
         resource_version = ""
         while True:
@@ -190,8 +197,15 @@ class Reflector:
                 if exc.status == 410:  # the continue token expired
                     raise _Gone(_status_text(exc)) from exc
                 raise
-            items.extend(x for x in body.get("items") or () if isinstance(x, dict))
+            page = [x for x in body.get("items") or () if isinstance(x, dict)]
+            listed += len(page)
+            convert = self.kind.convert
+            if convert is not None:
+                items.extend(y for y in map(convert, page) if y is not None)
+            else:
+                items.extend(page)
             meta = _meta(body)
+            del body, page  # let the raw page go before the next one is read
             resource_version = str(meta.get("resourceVersion") or "")
             token = meta.get("continue") or None
             if not token:
@@ -200,7 +214,7 @@ class Reflector:
             raise _SyncError(f"{self.kind.name}: LIST answered without a resourceVersion")
         started = time.perf_counter()
         count = self.kind.replace(items)
-        self.skipped += len(items) - count
+        self.skipped += listed - count
         self.lists += 1
         self._healthy()
         log.info(
@@ -332,6 +346,7 @@ class ClusterSync:
                 self._replace_nodes,
                 lambda obj: cache.upsert_node(node_from_dict(obj)),
                 lambda obj: cache.delete_node(str(_meta(obj).get("name", ""))),
+                functools.partial(_convert, node_from_dict, "nodes"),
             ),
             self._stop,
             self._listed,
@@ -345,6 +360,7 @@ class ClusterSync:
                 self._replace_pods,
                 lambda obj: cache.upsert_pod(pod_from_dict(obj)),
                 self._delete_pod,
+                functools.partial(_convert, pod_from_dict, "pods"),
             ),
             self._stop,
             self._listed,
@@ -448,13 +464,11 @@ class ClusterSync:
             self._synced.set()
             log.info("initial sync complete")
 
-    def _replace_nodes(self, items: list[dict[str, Any]]) -> int:
-        nodes = [n for n in (_convert(node_from_dict, "nodes", obj) for obj in items) if n]
+    def _replace_nodes(self, nodes: list[Node]) -> int:
         self._cache.replace_nodes(nodes)
         return len(nodes)
 
-    def _replace_pods(self, items: list[dict[str, Any]]) -> int:
-        pods = [p for p in (_convert(pod_from_dict, "pods", obj) for obj in items) if p]
+    def _replace_pods(self, pods: list[Pod]) -> int:
         self._cache.replace_pods(pods)
         return len(pods)
 
