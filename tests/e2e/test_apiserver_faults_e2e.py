@@ -1,0 +1,218 @@
+"""The API server misbehaves, on the real control plane, with Muster as kube-scheduler's extender.
+
+* kube-apiserver is stopped mid-run and started again on the same port and etcd: Muster's
+  watches resume (relisting where the restarted server no longer has their resourceVersion),
+  gangs stay whole, no GPU is over-committed, and work submitted right after the restart —
+  while Muster is still reconnecting — is scheduled.
+* etcd compacts every second and the apiserver serves watches from etcd (``--watch-cache=false``),
+  so a watch that resumes from an older resourceVersion gets a real ``410 Gone``: Muster relists
+  under load (node heartbeats, gang waves) and its books match the API server's.
+* A validating admission webhook refuses ``pods/binding`` for a while: no gang is ever partly
+  bound, and the gangs start once binds are accepted again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import kubernetes.client
+import pytest
+from controlplane import GPU_RESOURCE, ControlPlane, create_gpu_node, wait_for
+from harness import (
+    SCHEDULER_CONFIG,
+    BindingWatch,
+    delete_now,
+    gpu_pod,
+    make_namespace,
+    node_names,
+    wait_nodes,
+)
+
+from app.main import create_app
+from app.services import Services
+from app.settings import Settings
+from tests.conftest import running
+
+GANG = 8
+
+
+@dataclass
+class Parts:
+    cp: ControlPlane
+    core: kubernetes.client.CoreV1Api
+    muster: httpx.Client
+    services: Services
+
+
+@contextmanager
+def faulty_cluster(apiserver_args: tuple[str, ...] = ()) -> Iterator[Parts]:
+    """Like ``harness.muster_cluster``, with extra apiserver flags and Muster's services."""
+    cp = ControlPlane(apiserver_args=apiserver_args)
+    try:
+        cp.start()
+        api = cp.api_client()
+        core = kubernetes.client.CoreV1Api(api)
+        settings = Settings(mode="cluster", mirror_unresolvable=True)
+        app = create_app(settings, api_client=cp.api_client())
+        with running(app) as muster:
+            wait_for(lambda: muster.get("/readyz").status_code == 200, 30, "Muster to sync")
+            cp.start_scheduler(SCHEDULER_CONFIG.replace("MUSTER_URL", str(muster.base_url) + "/"))
+            yield Parts(cp, core, muster, app.state.muster)
+        api.close()
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="module")
+def parts() -> Iterator[Parts]:
+    with faulty_cluster() as p:
+        yield p
+
+
+class ResilientWatch(BindingWatch):
+    """A ``BindingWatch`` that survives the API server going away: it retries, and when its
+    resourceVersion is gone (410) it rebuilds its view from a fresh LIST."""
+
+    def _run(self) -> None:
+        while not self._stopped:
+            try:
+                if not self._resource_version:
+                    self._relist()
+                for event in self._watch.stream(
+                    self._core.list_namespaced_pod,
+                    self._namespace,
+                    resource_version=self._resource_version,
+                    _request_timeout=(5, 3),
+                ):
+                    if event["type"] == "ERROR":
+                        self._resource_version = ""
+                        break
+                    self._record(event)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 410:
+                    self._resource_version = ""
+                else:
+                    time.sleep(0.2)  # the API server is restarting: retry
+            except Exception:
+                if self._stopped:
+                    return
+                time.sleep(0.2)
+
+    def _relist(self) -> None:
+        listing = self._core.list_namespaced_pod(self._namespace)
+        with self._lock:
+            self.current.clear()
+        for pod in listing.items:
+            self._record({"type": "ADDED", "object": pod})
+        self._resource_version = listing.metadata.resource_version
+
+
+def gang(job: str, ns: str, group: str, size: int = GANG) -> list[dict[str, Any]]:
+    labels = {"muster.io/pod-group": job, "muster.io/min-member": str(size), "job": job}
+    return [gpu_pod(f"{job}-{i}", 1, ns, group, labels) for i in range(size)]
+
+
+def create_gang(core: kubernetes.client.CoreV1Api, ns: str, job: str, group: str) -> None:
+    for body in gang(job, ns, group):
+        core.create_namespaced_pod(ns, body)
+
+
+def bound(seen: BindingWatch, job: str) -> int:
+    return sum(1 for i in range(GANG) if f"{job}-{i}" in seen.current)
+
+
+def partial(seen: BindingWatch, jobs: list[str]) -> dict[str, int]:
+    """Gangs with some but not all members bound right now."""
+    counts = {job: bound(seen, job) for job in jobs}
+    return {job: n for job, n in counts.items() if 0 < n < GANG}
+
+
+def books_differ(parts: Parts, ns: str, nodes: list[str]) -> str:
+    """What Muster's /debug books say differently from the API server ("" when they agree):
+    where each pod of ``ns`` is bound, and the GPUs used on each node."""
+    truth: dict[str, str] = {}
+    used: Counter[str] = Counter()
+    for pod in parts.core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+            for c in pod.spec.containers:
+                used[pod.spec.node_name] += int((c.resources.requests or {}).get(GPU_RESOURCE, 0))
+            if pod.metadata.namespace == ns:
+                truth[pod.metadata.name] = pod.spec.node_name
+    pods = parts.muster.get("/debug/pods").json()["pods"]
+    books = {p["name"]: p["node"] for p in pods if p["namespace"] == ns and p["node"]}
+    if books != truth:
+        return f"placements: muster {sorted(books.items())} != api {sorted(truth.items())}"
+    # GPUs held per node by pods (a head-of-line hold for a waiting gang counts in "used"
+    # but holds no device, so count the devices that pods hold).
+    held = {
+        n["name"]: sum(1 for d in n["gpus"]["devices"] if d["pods"])
+        for n in parts.muster.get("/debug/nodes").json()["nodes"]
+    }
+    wrong = {n: (held.get(n), used[n]) for n in nodes if held.get(n) != used[n]}
+    return f"GPUs held (muster, api): {wrong}" if wrong else ""
+
+
+def wait_books_agree(parts: Parts, ns: str, nodes: list[str]) -> None:
+    last = ""
+
+    def agree() -> bool:
+        nonlocal last
+        last = books_differ(parts, ns, nodes)
+        return not last
+
+    try:
+        wait_for(agree, 60, "Muster's books to match the API server")
+    except TimeoutError as exc:
+        raise AssertionError(last) from exc
+
+
+def test_apiserver_restart_mid_run(parts: Parts) -> None:
+    """4 nodes x 8 GPUs; three gangs run, two more compete while kube-apiserver restarts."""
+    core, cp = parts.core, parts.cp
+    ns = make_namespace(core, "restart")
+    nodes = node_names("restart", 4)
+    for name in nodes:
+        create_gpu_node(core, name, gpus=8, labels={"e2e": "restart"})
+    wait_nodes(parts.muster, nodes)
+    jobs = [f"g{k}" for k in range(6)]
+    with ResilientWatch(core, ns) as seen:
+        for job in jobs[:3]:
+            create_gang(core, ns, job, "restart")
+        wait_for(lambda: all(bound(seen, j) == GANG for j in jobs[:3]), 90, "three gangs to run")
+        for job in jobs[3:5]:
+            create_gang(core, ns, job, "restart")
+        # Mid-run: the fourth gang is being planned and bound while the server goes away.
+        wait_for(lambda: bound(seen, "g3") or bound(seen, "g4"), 60, "a fourth gang to bind")
+        # A write after the last pod event: the restarted server's watch cache begins beyond
+        # Muster's resourceVersions, so resuming may earn a 410 and a relist.
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "bump"}})
+        events_before = parts.services.source.stats()
+        cp.stop_apiserver()
+        wait_for(lambda: parts.services.source.stats()["last_error"], 60, "Muster to notice")
+        cp.start_apiserver()
+        # Right away, while Muster's watches are still reconnecting: room frees up and a new
+        # gang arrives.
+        for i in range(GANG):
+            delete_now(core, ns, f"g0-{i}")
+        create_gang(core, ns, "g5", "restart")
+
+        def settled() -> bool:
+            whole = [j for j in jobs[1:] if bound(seen, j) == GANG]
+            return len(whole) == 4 and not partial(seen, jobs[1:])
+
+        wait_for(settled, 120, "four gangs to run whole after the restart")
+        waiting = [j for j in jobs[1:] if bound(seen, j) == 0]
+        assert len(waiting) == 1, {j: bound(seen, j) for j in jobs}
+        wait_books_agree(parts, ns, nodes)
+        assert not partial(seen, jobs), partial(seen, jobs)
+    stats = parts.services.source.stats()
+    assert stats["last_error"] is None and stats["watching"], stats
+    print(f"\napiserver restart: relists {events_before['relists']} -> {stats['relists']}, "
+          f"pod events {events_before['pod_events']} -> {stats['pod_events']}")  # fmt: skip
+    assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
