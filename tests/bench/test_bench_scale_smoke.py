@@ -59,3 +59,18 @@ def test_events_benchmark_streams_and_prints_both_series(
     assert "no pod events (baseline)" in out and "ratio streaming/baseline" in out
     assert result.quiet.count >= 10 and result.streaming.count >= 10
     assert result.events_per_second > 0
+
+
+@pytest.fixture(scope="module")
+def startup() -> Iterator[ModuleType]:
+    yield from script_module("bench_startup")
+
+
+def test_startup_benchmark_times_a_real_replica(
+    startup: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real control plane (kube-apiserver 1.20), a few objects, one run each."""
+    baseline, loaded = startup.run(nodes=5, pods=40, runs=1, workers=4)
+    out = capsys.readouterr().out
+    assert "created 5 nodes and 40 pods" in out and "empty API server (baseline)" in out
+    assert baseline > 0 and loaded > 0
