@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -216,3 +217,75 @@ def test_apiserver_restart_mid_run(parts: Parts) -> None:
     print(f"\napiserver restart: relists {events_before['relists']} -> {stats['relists']}, "
           f"pod events {events_before['pod_events']} -> {stats['pod_events']}")  # fmt: skip
     assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
+
+
+@pytest.fixture(scope="module")
+def compacting() -> Iterator[Parts]:
+    """Watches served straight from etcd, which compacts every second: a watch resuming from
+    a resourceVersion more than a second or two old gets ``410 Gone`` from etcd itself."""
+    with faulty_cluster(("--watch-cache=false", "--etcd-compaction-interval=1s")) as p:
+        yield p
+
+
+class Heartbeats:
+    """Node heartbeats: each node's annotation patched in turn, as fast as the API allows."""
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, nodes: list[str]) -> None:
+        self.core, self.nodes, self.beats = core, nodes, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name in self.nodes:
+                beat = {"metadata": {"annotations": {"e2e/heartbeat": str(self.beats)}}}
+                self.core.patch_node(name, beat)
+                self.beats += 1
+
+    def __enter__(self) -> Heartbeats:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_watch_410_gone_under_load_relists_without_double_booking(compacting: Parts) -> None:
+    """4 nodes x 8 GPUs, node heartbeats throughout; three waves of five 8-GPU gangs (one
+    more than fits). Between waves the pod watch resumes from a compacted resourceVersion."""
+    parts, core = compacting, compacting.core
+    ns = make_namespace(core, "gone")
+    nodes = node_names("gone", 4)
+    for name in nodes:
+        create_gpu_node(core, name, gpus=8, labels={"e2e": "gone"})
+    wait_nodes(parts.muster, nodes)
+    source = parts.services.source
+    assert source is not None
+    with ResilientWatch(core, ns) as seen, Heartbeats(core, nodes) as beats:
+        for wave in range(3):
+            jobs = [f"w{wave}-{k}" for k in range(5)]
+            relists = source.relists
+            for job in jobs:
+                create_gang(core, ns, job, "gone")
+
+            def settled(jobs: list[str] = jobs) -> bool:
+                whole = [j for j in jobs if bound(seen, j) == GANG]
+                return len(whole) == 4 and not partial(seen, jobs)
+
+            wait_for(settled, 120, f"wave {wave}: four gangs whole")
+            # Pods fall quiet while the nodes keep beating: the pod watch's next resume
+            # finds its resourceVersion compacted away.
+            wait_for(lambda n=relists: source.relists > n, 60, f"wave {wave}: a 410 relist")
+            assert [j for j in jobs if bound(seen, j) == 0] != [], jobs
+            wait_books_agree(parts, ns, nodes)
+            assert not partial(seen, jobs), partial(seen, jobs)
+            for job in jobs:
+                for i in range(GANG):
+                    delete_now(core, ns, f"{job}-{i}")
+            wait_for(lambda jobs=jobs: not any(bound(seen, j) for j in jobs), 60, "wave gone")
+        stats = source.stats()
+        print(f"\n410 under load: {stats['relists']} relists, {beats.beats} node heartbeats, "
+              f"{stats['pod_events']} pod events")  # fmt: skip
+    assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
+    assert source.last_error is None, source.stats()
