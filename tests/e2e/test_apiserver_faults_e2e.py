@@ -13,6 +13,10 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
+import ssl
 import threading
 import time
 from collections import Counter
@@ -24,7 +28,7 @@ from typing import Any
 import httpx
 import kubernetes.client
 import pytest
-from controlplane import GPU_RESOURCE, ControlPlane, create_gpu_node, wait_for
+from controlplane import GPU_RESOURCE, LOOPBACK, ControlPlane, create_gpu_node, wait_for
 from harness import (
     SCHEDULER_CONFIG,
     BindingWatch,
@@ -289,3 +293,100 @@ def test_watch_410_gone_under_load_relists_without_double_booking(compacting: Pa
               f"{stats['pod_events']} pod events")  # fmt: skip
     assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
     assert source.last_error is None, source.stats()
+
+
+class RefusingWebhook:
+    """A validating admission webhook (HTTPS on loopback, the control plane's serving
+    certificate) that the API server calls for every ``pods/binding`` CREATE in namespaces
+    labelled ``e2e-refuse=yes``; it denies them while ``refusing`` is set."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        assert cp.dir is not None
+        self.refusing = True
+        self.refused: list[str] = []
+        self.allowed: list[str] = []
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                request = review["request"]
+                refuse = hook.refusing
+                (hook.refused if refuse else hook.allowed).append(request["name"])
+                response: dict[str, Any] = {"uid": request["uid"], "allowed": not refuse}
+                if refuse:
+                    response["status"] = {"code": 403, "message": "binds refused (e2e window)"}
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1",
+                                   "kind": "AdmissionReview", "response": response}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cp.dir / "server.crt", cp.dir / "server.key")
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self.url = f"https://{LOOPBACK}:{self._server.server_address[1]}/validate"
+        self.ca_bundle = base64.b64encode(cp.ca_file.read_bytes()).decode()
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> RefusingWebhook:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+def test_binds_refused_for_a_while_no_gang_is_partly_bound(parts: Parts) -> None:
+    """2 nodes x 8 GPUs, two 8-pod gangs; the API server refuses every bind until the window
+    closes: no member is bound meanwhile, then both gangs start whole."""
+    core, cp = parts.core, parts.cp
+    ns = "refuse"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"e2e-refuse": "yes"}}})
+    nodes = node_names("refuse", 2)
+    for name in nodes:
+        create_gpu_node(core, name, gpus=8, labels={"e2e": "refuse"})
+    wait_nodes(parts.muster, nodes)
+    admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
+    with RefusingWebhook(cp) as hook, ResilientWatch(core, ns) as seen:
+        admission.create_validating_webhook_configuration({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "e2e-refuse-binds"},
+            "webhooks": [{
+                "name": "refuse-binds.e2e.muster.io",
+                "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                           "resources": ["pods/binding"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"e2e-refuse": "yes"}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+            }],
+        })  # fmt: skip
+        try:
+            jobs = ["a", "b"]
+            for job in jobs:
+                create_gang(core, ns, job, "refuse")
+            # Both gangs are planned and reach bind several times; every Binding is refused.
+            wait_for(lambda: len(set(hook.refused)) >= 2 * GANG, 90, "binds of both gangs refused")
+            assert not seen.placements, seen.placements  # nothing bound, not even part of a gang
+            hook.refusing = False
+            wait_for(lambda: all(bound(seen, j) == GANG for j in jobs), 120, "both gangs to start")
+            wait_books_agree(parts, ns, nodes)
+        finally:
+            admission.delete_validating_webhook_configuration("e2e-refuse-binds")
+    journal = parts.muster.get("/debug/events").json()
+    print(f"\nbinds refused: {len(hook.refused)} refused, {len(hook.allowed)} allowed; "
+          f"journal kinds {sorted({e.get('kind') for e in journal.get('events', [])})}")
+    assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
+    assert max(seen.max_group_gpus.values() or [0]) <= 16
