@@ -300,18 +300,22 @@ class RefusingWebhook:
     certificate) that the API server calls for every ``pods/binding`` CREATE in namespaces
     labelled ``e2e-refuse=yes``; it denies them while ``refusing`` is set."""
 
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: ControlPlane, only: set[str] | None = None) -> None:
         assert cp.dir is not None
         self.refusing = True
+        #: refuse only these pods' binds (None: every pod's)
+        self.only = only
         self.refused: list[str] = []
         self.allowed: list[str] = []
+        self.dry_runs = 0
         hook = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 request = review["request"]
-                refuse = hook.refusing
+                hook.dry_runs += bool(request.get("dryRun"))
+                refuse = hook.refusing and (hook.only is None or request["name"] in hook.only)
                 (hook.refused if refuse else hook.allowed).append(request["name"])
                 response: dict[str, Any] = {"uid": request["uid"], "allowed": not refuse}
                 if refuse:
@@ -345,6 +349,33 @@ class RefusingWebhook:
         self._thread.join(timeout=10)
 
 
+@contextmanager
+def registered(core: kubernetes.client.CoreV1Api, hook: RefusingWebhook) -> Iterator[None]:
+    """The hook as a ValidatingWebhookConfiguration on ``pods/binding`` CREATE in namespaces
+    labelled ``e2e-refuse=yes``, for the duration of the block."""
+    admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
+    admission.create_validating_webhook_configuration({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "e2e-refuse-binds"},
+        "webhooks": [{
+            "name": "refuse-binds.e2e.muster.io",
+            "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods/binding"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"e2e-refuse": "yes"}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        }],
+    })  # fmt: skip
+    try:
+        yield
+    finally:
+        admission.delete_validating_webhook_configuration("e2e-refuse-binds")
+
+
 def test_binds_refused_for_a_while_no_gang_is_partly_bound(parts: Parts) -> None:
     """2 nodes x 8 GPUs, two 8-pod gangs; the API server refuses every bind until the window
     closes: no member is bound meanwhile, then both gangs start whole."""
@@ -355,38 +386,46 @@ def test_binds_refused_for_a_while_no_gang_is_partly_bound(parts: Parts) -> None
     for name in nodes:
         create_gpu_node(core, name, gpus=8, labels={"e2e": "refuse"})
     wait_nodes(parts.muster, nodes)
-    admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
-    with RefusingWebhook(cp) as hook, ResilientWatch(core, ns) as seen:
-        admission.create_validating_webhook_configuration({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "e2e-refuse-binds"},
-            "webhooks": [{
-                "name": "refuse-binds.e2e.muster.io",
-                "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                           "resources": ["pods/binding"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchLabels": {"e2e-refuse": "yes"}},
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 5,
-            }],
-        })  # fmt: skip
-        try:
-            jobs = ["a", "b"]
-            for job in jobs:
-                create_gang(core, ns, job, "refuse")
-            # Both gangs are planned and reach bind several times; every Binding is refused.
-            wait_for(lambda: len(set(hook.refused)) >= 2 * GANG, 90, "binds of both gangs refused")
-            assert not seen.placements, seen.placements  # nothing bound, not even part of a gang
-            hook.refusing = False
-            wait_for(lambda: all(bound(seen, j) == GANG for j in jobs), 120, "both gangs to start")
-            wait_books_agree(parts, ns, nodes)
-        finally:
-            admission.delete_validating_webhook_configuration("e2e-refuse-binds")
+    with RefusingWebhook(cp) as hook, ResilientWatch(core, ns) as seen, registered(core, hook):
+        jobs = ["a", "b"]
+        for job in jobs:
+            create_gang(core, ns, job, "refuse")
+        # Both gangs are planned and reach bind several times; every Binding is refused.
+        wait_for(lambda: len(set(hook.refused)) >= 2 * GANG, 90, "binds of both gangs refused")
+        assert not seen.placements, seen.placements  # nothing bound, not even part of a gang
+        hook.refusing = False
+        wait_for(lambda: all(bound(seen, j) == GANG for j in jobs), 120, "both gangs to start")
+        wait_books_agree(parts, ns, nodes)
     journal = parts.muster.get("/debug/events").json()
     print(f"\nbinds refused: {len(hook.refused)} refused, {len(hook.allowed)} allowed; "
           f"journal kinds {sorted({e.get('kind') for e in journal.get('events', [])})}")
     assert max(seen.max_gpus[n] for n in nodes) <= 8, seen.max_gpus
     assert max(seen.max_group_gpus.values() or [0]) <= 16
+
+
+def test_a_bind_refused_for_one_member_binds_no_member(parts: Parts) -> None:
+    """The webhook refuses one member's bind only (dry run or not): Muster asks the API server
+    about every member first, so no member is bound while the refusal lasts — none is bound
+    and then deleted — and the gang starts whole once the refusal ends."""
+    core, cp = parts.core, parts.cp
+    ns = "refuse-one"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"e2e-refuse": "yes"}}})
+    create_gpu_node(core, "refuse-one-0", gpus=8, labels={"e2e": "refuse-one"})
+    wait_nodes(parts.muster, ["refuse-one-0"])
+    with (
+        RefusingWebhook(cp, only={"c-3"}) as hook,
+        ResilientWatch(core, ns) as seen,
+        registered(core, hook),
+    ):
+        create_gang(core, ns, "c", "refuse-one")
+        wait_for(lambda: "c-3" in hook.refused, 90, "c-3's bind refused")
+        wait_for(lambda: hook.dry_runs >= GANG, 30, "every member asked about in a dry run")
+        assert not seen.placements, seen.placements
+        hook.refusing = False
+        flipped = time.monotonic()
+        wait_for(lambda: bound(seen, "c") == GANG, 180, "the gang to start whole")
+        took = time.monotonic() - flipped
+        wait_books_agree(parts, ns, ["refuse-one-0"])
+    assert not set(seen.placements) - {f"c-{i}" for i in range(GANG)}
+    print(f"\none member refused: {hook.refused.count('c-3')} refusals, {hook.dry_runs} dry runs;"
+          f" gang bound {took:.1f}s after the refusal ended")  # fmt: skip
