@@ -149,18 +149,32 @@ class KubeGateway:
         ``annotations`` ride on the Binding: the API server copies them onto the pod in the
         same write, so a pod is never bound without the GPU ids Muster chose for it.
         """
+        body = self._binding(namespace, name, uid, node, annotations)
+        self._do("bind", self._core.create_namespaced_pod_binding, name, namespace, body)
+
+    def check_bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the Binding with ``dryRun=All``: admission (webhooks included) and the
+        API server's checks run, nothing is stored."""
+        body = self._binding(namespace, name, uid, node, None)
+        self._do(
+            "bind", self._core.create_namespaced_pod_binding, name, namespace, body, dry_run="All"
+        )
+
+    @staticmethod
+    def _binding(
+        namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None
+    ) -> dict[str, Any]:
         metadata: dict[str, object] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
         if annotations:
             metadata["annotations"] = dict(annotations)
-        body = {
+        return {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self._do("bind", self._core.create_namespaced_pod_binding, name, namespace, body)
 
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         """Evict the pod; 429 (a PodDisruptionBudget forbids it) is ``TooManyRequests``.

@@ -9,11 +9,16 @@ and retried with capped exponential backoff; the threads never die of an API err
 
 Objects are parsed from the raw JSON (``_preload_content=False``) and handed straight to
 ``app.core.model.parse``: the client's model deserialisation costs far more than the conversion.
+LIST pages of nodes and pods are decoded with msgspec into only the fields Muster reads
+(``managedFields``, conditions, images ... are skipped, not decoded): more than half of a
+pod's JSON is its ``managedFields``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import socket
@@ -23,12 +28,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
+from app.core.model.values import Node, Pod
 from app.core.state.cache import ClusterCache
 
 if TYPE_CHECKING:
@@ -46,6 +53,66 @@ MAX_BACKOFF = 30.0
 _T = TypeVar("_T")
 
 
+class _Meta(msgspec.Struct):
+    """The object metadata Muster reads (``Any``: ``app.core.model.parse`` validates)."""
+
+    name: Any = None
+    namespace: Any = None
+    uid: Any = None
+    resourceVersion: Any = None  # noqa: N815 (the API's name)
+    labels: Any = None
+    annotations: Any = None
+    creationTimestamp: Any = None  # noqa: N815
+    deletionTimestamp: Any = None  # noqa: N815
+
+
+class _Status(msgspec.Struct):
+    """Pod and node status fields Muster reads."""
+
+    phase: Any = None
+    startTime: Any = None  # noqa: N815
+    allocatable: Any = None
+    capacity: Any = None
+
+
+class _Item(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    spec: Any = None
+    status: _Status = msgspec.field(default_factory=_Status)
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: Any = None  # noqa: N815
+    continue_: Any = msgspec.field(default=None, name="continue")
+
+
+class _Page(msgspec.Struct):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[_Item] | None = None
+
+
+_PAGE_DECODER = msgspec.json.Decoder(_Page)
+
+
+def _slim(item: _Item) -> dict[str, Any]:
+    """An ``_Item`` as the API JSON dict ``app.core.model.parse`` takes (nulls left out)."""
+    meta = {f: v for f in _Meta.__struct_fields__ if (v := getattr(item.metadata, f)) is not None}
+    status = {f: v for f in _Status.__struct_fields__ if (v := getattr(item.status, f)) is not None}
+    return {"metadata": meta, "spec": item.spec, "status": status}
+
+
+def decode_page(data: bytes) -> dict[str, Any]:
+    """A LIST page of nodes or pods with only the fields Muster reads; ``json.loads`` when the
+    page does not have the expected shape (``parse`` then names the odd field)."""
+    try:
+        page = _PAGE_DECODER.decode(data)
+    except msgspec.ValidationError:
+        body: dict[str, Any] = json.loads(data)
+        return body
+    meta = {"resourceVersion": page.metadata.resourceVersion, "continue": page.metadata.continue_}
+    return {"metadata": meta, "items": [_slim(item) for item in page.items or ()]}
+
+
 class _Gone(Exception):
     """The API answered 410 Gone: the resourceVersion is too old, relist."""
 
@@ -60,9 +127,13 @@ class Kind:
 
     name: str
     list_fn: Callable[..., Any]
-    replace: Callable[[list[dict[str, Any]]], int]
+    #: Gets every listed item (converted by ``convert`` if given); returns how many it kept.
+    replace: Callable[[list[Any]], int]
     upsert: Callable[[dict[str, Any]], object]  # what it returns is ignored
     delete: Callable[[dict[str, Any]], object]  # what it returns is ignored
+    #: Converts each listed object as its page arrives (``None``: skip it), so a large LIST
+    #: never holds every raw object at once; without it ``replace`` gets the raw objects.
+    convert: Callable[[dict[str, Any]], Any] | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -176,31 +247,39 @@ class Reflector:
     # -- list ---------------------------------------------------------------------------
 
     def _list(self) -> str:
-        """LIST every object (paged), replace the cache's set; return the resourceVersion."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
+        """LIST every object (paged), replace the cache's set; return the resourceVersion.
+
+        The next page is fetched in a helper thread while this one is converted, so the API
+        server's work on a page overlaps Muster's.
+        """
+        items: list[Any] = []
+        listed = 0
         resource_version = ""
-        while True:
-            kwargs: dict[str, Any] = {"limit": PAGE_SIZE}
-            if token:
-                kwargs["_continue"] = token
-            try:
-                body = self._get_json(**kwargs)
-            except ApiException as exc:
-                if exc.status == 410:  # the continue token expired
-                    raise _Gone(_status_text(exc)) from exc
-                raise
-            items.extend(x for x in body.get("items") or () if isinstance(x, dict))
-            meta = _meta(body)
-            resource_version = str(meta.get("resourceVersion") or "")
-            token = meta.get("continue") or None
-            if not token:
-                break
+        with concurrent.futures.ThreadPoolExecutor(1, f"muster-list-{self.kind.name}") as pool:
+            pending = pool.submit(self._page, None)
+            while True:
+                body = pending.result()
+                meta = _meta(body)
+                resource_version = str(meta.get("resourceVersion") or "")
+                token = meta.get("continue") or None
+                if token:
+                    pending = pool.submit(self._page, str(token))
+                page = [x for x in body.get("items") or () if isinstance(x, dict)]
+                del body  # let the raw page go before the next one is read
+                listed += len(page)
+                convert = self.kind.convert
+                if convert is not None:
+                    items.extend(y for y in map(convert, page) if y is not None)
+                else:
+                    items.extend(page)
+                del page
+                if not token:
+                    break
         if not resource_version:
             raise _SyncError(f"{self.kind.name}: LIST answered without a resourceVersion")
         started = time.perf_counter()
         count = self.kind.replace(items)
-        self.skipped += len(items) - count
+        self.skipped += listed - count
         self.lists += 1
         self._healthy()
         log.info(
@@ -213,14 +292,27 @@ class Reflector:
         self._on_listed()
         return resource_version
 
+    def _page(self, token: str | None) -> dict[str, Any]:
+        """One LIST page (the first when ``token`` is ``None``)."""
+        kwargs: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            return self._get_json(**kwargs)
+        except ApiException as exc:
+            if exc.status == 410:  # the continue token expired
+                raise _Gone(_status_text(exc)) from exc
+            raise
+
     def _get_json(self, **kwargs: Any) -> dict[str, Any]:
         response = self.kind.list_fn(
             _preload_content=False, _request_timeout=LIST_TIMEOUT, **kwargs
         )
         try:
-            body = json.loads(response.data)
+            data = response.data
         finally:
             response.release_conn()
+        body = decode_page(data) if self.kind.convert is not None else json.loads(data)
         if not isinstance(body, dict):
             raise _SyncError(f"{self.kind.name}: LIST answered {type(body).__name__}")
         return body
@@ -332,6 +424,7 @@ class ClusterSync:
                 self._replace_nodes,
                 lambda obj: cache.upsert_node(node_from_dict(obj)),
                 lambda obj: cache.delete_node(str(_meta(obj).get("name", ""))),
+                functools.partial(_convert, node_from_dict, "nodes"),
             ),
             self._stop,
             self._listed,
@@ -345,6 +438,7 @@ class ClusterSync:
                 self._replace_pods,
                 lambda obj: cache.upsert_pod(pod_from_dict(obj)),
                 self._delete_pod,
+                functools.partial(_convert, pod_from_dict, "pods"),
             ),
             self._stop,
             self._listed,
@@ -448,13 +542,11 @@ class ClusterSync:
             self._synced.set()
             log.info("initial sync complete")
 
-    def _replace_nodes(self, items: list[dict[str, Any]]) -> int:
-        nodes = [n for n in (_convert(node_from_dict, "nodes", obj) for obj in items) if n]
+    def _replace_nodes(self, nodes: list[Node]) -> int:
         self._cache.replace_nodes(nodes)
         return len(nodes)
 
-    def _replace_pods(self, items: list[dict[str, Any]]) -> int:
-        pods = [p for p in (_convert(pod_from_dict, "pods", obj) for obj in items) if p]
+    def _replace_pods(self, pods: list[Pod]) -> int:
         self._cache.replace_pods(pods)
         return len(pods)
 

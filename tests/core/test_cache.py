@@ -152,6 +152,30 @@ def test_replace_pods_keeps_binds_in_flight() -> None:
     assert gpus_used(cache, "a") == 2
 
 
+def test_a_stale_update_never_unbinds_a_bound_pod() -> None:
+    """The API never clears spec.nodeName: a pending version of a pod the cache knows bound is
+    older news (a LIST read before the bind, an event overtaken by the bind's confirmation)."""
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    p = pod(gpu=8)
+    cache.upsert_pod(p)
+    cache.assume(p.uid, "a")
+    cache.confirm(p.uid, "a")  # the bind succeeded; the watch has not said so yet
+    stale = replace(p, annotations={"muster.io/nudge": "1"})
+    cache.upsert_pod(stale)  # a watch event from before the bind
+    assert gpus_used(cache, "a") == 8
+    assert cache.pod(p.uid).node_name == "a"
+    assert cache.pod(p.uid).annotations == {"muster.io/nudge": "1"}  # the rest is taken
+    cache.replace_pods([stale])  # a relist whose LIST was read before the bind
+    assert gpus_used(cache, "a") == 8
+    other = pod(gpu=1)
+    cache.upsert_pod(other)
+    with pytest.raises(BindRejected, match="no longer fits"):
+        cache.assume(other.uid, "a")
+    cache.upsert_pod(replace(stale, phase="Failed"))  # a finished pod still gives room back
+    assert gpus_used(cache, "a") == 0
+
+
 def test_parallel_assumes_never_overcommit() -> None:
     """Many threads race to bind 1-GPU pods onto few nodes: exactly capacity succeeds."""
     cache = ClusterCache()

@@ -200,6 +200,36 @@ def test_failed_bind_rolls_the_gang_back() -> None:
     run(scenario())
 
 
+def test_a_bind_the_api_would_refuse_leaves_every_member_unbound() -> None:
+    """Against a real API server (a blocking gateway) every member's bind is tried as a dry
+    run first: one refusal rolls the gang back with nobody bound and nobody deleted."""
+
+    async def scenario() -> None:
+        cluster = Cluster([node("n", gpus=8)])
+        cluster.gateway.blocking = True  # type: ignore[misc]
+        asked: list[str] = []
+
+        def check_bind(namespace: str, name: str, uid: str, node: str) -> None:
+            asked.append(name)
+            if name == "g-2":
+                raise GatewayError("Forbidden", 'admission webhook "w" denied the request')
+
+        cluster.gateway.check_bind = check_bind  # type: ignore[method-assign]
+        gang = [member("g", i) for i in range(4)]
+        cluster.cache.upsert_pods(gang)
+        attempts = [cluster.attempt(p) for p in gang]
+        outcomes = await asyncio.gather(*(t.bind for t in attempts))
+        assert {o.reason for o in outcomes} == {"RolledBack"}
+        assert "default/g-2 failed to bind (binding default/g-2 to n would fail: Forbidden" in (
+            outcomes[0].error
+        )
+        assert sorted(asked) == ["g-0", "g-1", "g-2", "g-3"]
+        assert cluster.gateway.bindings == [] and cluster.gateway.deletions == []
+        assert cluster.cache.view().used_of("n").gpu == 0
+
+    run(scenario())
+
+
 def test_elastic_members_fill_free_room_after_the_core() -> None:
     async def scenario() -> None:
         cluster = Cluster([node("n", gpus=6)])

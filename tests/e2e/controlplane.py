@@ -196,9 +196,17 @@ class ControlPlane:
     thread that outlives the control plane, such as the main thread.
     """
 
-    def __init__(self, bin_dir: Path | None = None, ready_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        bin_dir: Path | None = None,
+        ready_timeout: float = 60.0,
+        apiserver_args: tuple[str, ...] = (),
+    ) -> None:
         self.bin_dir = bin_dir
         self.ready_timeout = ready_timeout
+        #: Extra kube-apiserver flags (``--etcd-compaction-interval=1s`` ...).
+        self.apiserver_args = apiserver_args
+        self.apiserver_starts = 0
         self.dir: Path | None = None
         self.url = ""
         self.etcd_url = ""
@@ -264,6 +272,20 @@ class ControlPlane:
             self.dir = None
         if errors:
             raise errors[0]
+
+    # ---- apiserver faults --------------------------------------------------------------------
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM); etcd and kube-scheduler keep running."""
+        if self._apiserver is not None:
+            proc, self._apiserver = self._apiserver, None
+            proc.stop()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port, with the same etcd and flags."""
+        if self.dir is None or self._apiserver is not None:
+            raise ControlPlaneError("start_apiserver() needs a started plane without apiserver")
+        self._start_apiserver(int(self.url.rsplit(":", 1)[1]), self.etcd_url)
 
     # ---- scheduler -------------------------------------------------------------------------
 
@@ -386,6 +408,10 @@ class ControlPlane:
     def _start_apiserver(self, port: int, etcd_url: str) -> None:
         assert self.bin_dir is not None
         self.url = f"https://{LOOPBACK}:{port}"
+        self.apiserver_starts += 1
+        log_name = "kube-apiserver.log"
+        if self.apiserver_starts > 1:
+            log_name = f"kube-apiserver-{self.apiserver_starts}.log"
         self._apiserver = _Process(
             "kube-apiserver",
             [
@@ -405,8 +431,9 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--endpoint-reconciler-type=none",
                 "--disable-admission-plugins=ServiceAccount",
+                *self.apiserver_args,
             ],
-            self._path("kube-apiserver.log"),
+            self._path(log_name),
         )
         self._await(self._apiserver, f"{self.url}/readyz", self.ready_timeout, ca=True)
 

@@ -7,8 +7,10 @@ raises ``InvalidInput`` with the path of the offending field.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 from app.core.model import labels
@@ -64,10 +66,18 @@ _str = json_str
 
 
 def _str_map(value: Any, field: str) -> dict[str, str]:
+    # Keys and values repeat across objects (a job's pods share most labels): interned, a
+    # cache of 50 000 pods keeps one copy of each instead of one per pod.
     result = {}
     for key, item in json_object(value, field).items():
-        result[key] = _str(item, f"{field}.{key}")
+        result[intern(key)] = intern(_str(item, f"{field}.{key}"))
     return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _toleration(key: str, operator: str, value: str, effect: str) -> Toleration:
+    """One shared ``Toleration`` per distinct value (every pod carries the same few)."""
+    return Toleration(key=key, operator=operator, value=value, effect=effect)
 
 
 def resources_from_map(value: Any, field: str) -> Resources:
@@ -171,11 +181,11 @@ def _tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
         f = f"{field}[{i}]"
         item = json_object(item, f)
         result.append(
-            Toleration(
-                key=_str(item.get("key"), f"{f}.key"),
-                operator=_str(item.get("operator"), f"{f}.operator", "Equal") or "Equal",
-                value=_str(item.get("value"), f"{f}.value"),
-                effect=_str(item.get("effect"), f"{f}.effect"),
+            _toleration(
+                _str(item.get("key"), f"{f}.key"),
+                _str(item.get("operator"), f"{f}.operator", "Equal") or "Equal",
+                _str(item.get("value"), f"{f}.value"),
+                _str(item.get("effect"), f"{f}.effect"),
             )
         )
     return tuple(result)
@@ -226,11 +236,11 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         requests = requests._replace(gpu=fraction)
     return Pod(
         uid=_str(meta.get("uid"), f"{field}.metadata.uid") or f"{namespace}/{name}",
-        namespace=namespace,
+        namespace=intern(namespace),
         name=name,
         requests=requests,
-        node_name=node_name,
-        phase=_str(status.get("phase"), f"{field}.status.phase", "Pending") or "Pending",
+        node_name=intern(node_name),
+        phase=intern(_str(status.get("phase"), f"{field}.status.phase", "Pending") or "Pending"),
         priority=priority,
         priority_class=_str(spec.get("priorityClassName"), f"{field}.spec.priorityClassName"),
         labels=pod_labels,
@@ -238,8 +248,10 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         node_selector=_str_map(spec.get("nodeSelector"), f"{field}.spec.nodeSelector"),
         tolerations=_tolerations(spec.get("tolerations"), f"{field}.spec.tolerations"),
         required_affinity=_required_affinity(spec, f"{field}.spec"),
-        scheduler_name=_str(spec.get("schedulerName"), f"{field}.spec.schedulerName", "")
-        or "default-scheduler",
+        scheduler_name=intern(
+            _str(spec.get("schedulerName"), f"{field}.spec.schedulerName", "")
+            or "default-scheduler"
+        ),
         created=_timestamp(meta.get("creationTimestamp"), f"{field}.metadata.creationTimestamp"),
         deleting=meta.get("deletionTimestamp") is not None,
         started=_timestamp(status.get("startTime"), f"{field}.status.startTime"),

@@ -325,6 +325,11 @@ class ClusterCache:
 
     def _upsert_pod(self, pod: Pod) -> None:
         old = self._pods.get(pod.uid)
+        if old is not None and old.node_name and not pod.node_name:
+            # The API never clears spec.nodeName: this version is older than the bind the
+            # cache already knows of (a LIST read before it, an event it overtook). Dropping
+            # the node would free the pod's room while it holds it.
+            pod = replace(pod, node_name=old.node_name)
         pod = self._attach_group(pod, old)
         self._pods[pod.uid] = pod
         if (

@@ -42,6 +42,10 @@ class Gateway(Protocol):
         are set on the pod in the same call (the API server copies a Binding's annotations
         onto the pod), e.g. ``muster.io/gpu-ids``."""
 
+    def check_bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Ask whether ``bind`` would be accepted, changing nothing (a dry run: the API
+        server's admission, webhooks included, and its checks run; nothing is stored)."""
+
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         """Evict the pod through the Eviction API (PodDisruptionBudgets apply; a refusal is
         ``GatewayError("TooManyRequests")``). ``dry_run`` only asks whether it would work."""
@@ -120,13 +124,7 @@ class InMemoryGateway:
         annotations: Mapping[str, str] | None = None,
     ) -> None:
         self._scripted_failure("bind", namespace, name)
-        pod = self._cache.pod(uid)
-        if pod is None:
-            raise GatewayError("NotFound", f'pods "{name}" not found')
-        if pod.node_name and pod.node_name != node:
-            raise GatewayError(
-                "Conflict", f'pod {namespace}/{name} is already assigned to node "{pod.node_name}"'
-            )
+        pod = self._bindable(namespace, name, uid, node)
         if annotations:
             bound = bound_pod(pod, node, annotations)
             self._cache.upsert_pod(bound)
@@ -134,6 +132,20 @@ class InMemoryGateway:
             self._cache.confirm(uid, node)
         with self._lock:
             self.bindings.append((f"{namespace}/{name}", node))
+
+    def check_bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._bindable(namespace, name, uid, node)
+
+    def _bindable(self, namespace: str, name: str, uid: str, node: str) -> Pod:
+        """The pod, if the API server would bind it to ``node`` (as its checks do)."""
+        pod = self._cache.pod(uid)
+        if pod is None:
+            raise GatewayError("NotFound", f'pods "{name}" not found')
+        if pod.node_name and pod.node_name != node:
+            raise GatewayError(
+                "Conflict", f'pod {namespace}/{name} is already assigned to node "{pod.node_name}"'
+            )
+        return pod
 
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool = False) -> None:
         self._scripted_failure("evict", namespace, name)

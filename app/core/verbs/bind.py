@@ -65,6 +65,16 @@ class Binder:
             )
         return BindOutcome()
 
+    def check(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Whether the API would accept this bind now (a dry run; nothing changes)."""
+        try:
+            self._gateway.check_bind(namespace, name, uid, node)
+        except GatewayError as exc:
+            return BindOutcome(
+                error=f"binding {namespace}/{name} to {node} would fail: {exc}", reason=exc.reason
+            )
+        return BindOutcome()
+
 
 def device_chooser(
     planner: Planner, gpu: GpuPlacement | None, cache: ClusterCache

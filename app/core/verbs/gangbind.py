@@ -5,9 +5,11 @@ member's bind waits (``app.core.verbs.barrier``) until every core member of its 
 reached bind (or already holds its node); then all of them are bound at once. The wait is
 bounded (``timeout``, shorter than kube-scheduler's extender ``httpTimeout``): when it runs out,
 the waiting calls get an error but the members stay parked on their planned nodes, and are
-bound together with the rest when it arrives (the plan itself expires after its TTL). If a
-bind fails after others succeeded, the bound members are deleted (their controller recreates
-them) so no partial gang keeps GPUs.
+bound together with the rest when it arrives (the plan itself expires after its TTL). Against
+a real API server every member's bind is first tried as a dry run, so a refusal (a webhook, a
+policy) rolls the gang back before any member is bound. If a bind still fails after others
+succeeded, the bound members are deleted (their controller recreates them) so no partial gang
+keeps GPUs.
 
 Runs on the server's event loop (one thread), so the barrier needs no lock; the binds
 themselves run in worker threads.
@@ -149,7 +151,7 @@ class GangBinder:
                     message=f"{len(requests)} members bound together on {', '.join(nodes)}",
                 )
             return list(outcomes)
-        first, why = failed[0]
+        first, why = next(((r, o) for r, o in failed if o.reason != "NotTried"), failed[0])
         reason = (
             f"gang {gang} rolled back: {first.namespace}/{first.name} failed to bind ({why.error})"
         )
@@ -214,9 +216,15 @@ class GangBinder:
         self._futures[uid] = future
         if ticket.status.ok:
             requests = list(ticket.released)
-            outcomes = await asyncio.gather(
-                *(asyncio.to_thread(self.bind_one, r) for r in requests)
-            )
+            outcomes = await self._dry_run(requests)
+            refused = next((o for o in outcomes if o.error), None)
+            if refused is None:
+                outcomes = await asyncio.gather(
+                    *(asyncio.to_thread(self.bind_one, r) for r in requests)
+                )
+            else:  # nobody was bound: every member fails (nothing to delete)
+                skipped = BindOutcome(f"not bound: {refused.error}", "NotTried")
+                outcomes = [o if o.error else skipped for o in outcomes]
             answers = self.finish_gang(ticket.gang, requests, outcomes)
             for done, answer in zip(requests, answers, strict=True):
                 self._answer(done.uid, answer)
@@ -236,6 +244,18 @@ class GangBinder:
                     )
                     self._answer(uid, BindOutcome(why, "PlanReleased"))
         return await future
+
+    async def _dry_run(self, requests: Sequence[BindRequest]) -> list[BindOutcome]:
+        """Ask the API server about every member's bind before binding any (real clusters
+        only): a refusal that holds for the dry run too (a webhook, a policy) then rolls the
+        gang back with no member bound, instead of binding some and deleting them."""
+        if not self._gateway.blocking:
+            return [BindOutcome() for _ in requests]
+        checks = (
+            asyncio.to_thread(self._binder.check, r.namespace, r.name, r.uid, r.node)
+            for r in requests
+        )
+        return list(await asyncio.gather(*checks))
 
     def _answer(self, uid: str, outcome: BindOutcome) -> None:
         future = self._futures.pop(uid, None)
