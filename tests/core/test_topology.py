@@ -457,3 +457,25 @@ def test_a_required_gang_first_in_line_gets_its_hold_inside_one_block() -> None:
     )
     assert reason.startswith("no single block has room for 16 nvidia.com/gpu")
     assert "reserved c1, c2, expected to start in 200s" in reason
+
+
+def test_blocks_alike_are_placed_in_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of many empty blocks alike, only the first is placed in: the others cannot leave a
+    freer node behind (one of the 5 freest of their 8 nodes stays whole), so the tighter bound
+    passes them over; the plan is the one trying them all gives (the first block)."""
+    from app.core.actions import allocate_in_domain
+
+    boxes = [(f"n{b}-{i}", f"z/s/b{b}/n{b}-{i}", 8, 0) for b in range(6) for i in range(8)]
+    calls: list[int] = []
+    real = allocate_in_domain.allocate
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(allocate_in_domain, "allocate", counted)
+    members = gang(4, 8, {})  # 32 GPUs: 4 whole nodes of one block
+    cluster = cluster_of(boxes)
+    cluster.cache.upsert_pods(members)
+    assert domains(boxes, planned(cluster, members), 2) == {"b0"}
+    assert len(calls) == 1  # the average bound alone would place in all six blocks
