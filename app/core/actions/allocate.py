@@ -97,7 +97,12 @@ def allocate(
             result.devices[pod.uid] = devices
         chosen[row] = True
         touched.append(row)
-        found.catch_up(working, gpu_free, chosen, policy, touched)
+        if policy.packs:
+            # Its score there only rose and it was the first of the best: it stays the pick
+            # for the next alike member while it fits, so only whether it fits is judged.
+            found.refit(working, gpu_free, row, len(touched))
+        else:
+            found.catch_up(working, gpu_free, chosen, policy, touched)
         result.placed[pod.uid] = view.nodes[row].name
     return result
 
@@ -113,6 +118,8 @@ class _Candidates:
         self.ok = np.zeros(len(rows), dtype=bool)
         self.scores = np.zeros(len(rows), dtype=np.float64)
         self.seen = seen  # how many of the touched rows are judged already
+        #: positions whose score is a lower bound (``refit``): judged again with the next rows
+        self.stale: list[int] = []
 
     def judge(
         self,
@@ -149,8 +156,27 @@ class _Candidates:
         inside = at < len(self.rows)
         at, changed = at[inside], changed[inside]
         at = at[self.rows[at] == changed]  # changed rows that are candidates here
+        if self.stale:
+            # Other rows' scores may rise now: the kept lower bound no longer decides alone.
+            at = np.union1d(at, np.asarray(self.stale, dtype=np.int64))
+            self.stale = []
         if len(at):
             self.judge(working, gpu_free, chosen, policy, at)
+
+    def refit(self, working: NodeView, gpu_free: np.ndarray, row: int, seen: int) -> None:
+        """Judge again only whether ``row`` (just placed on, the last touched, the first of
+        the best) still fits, keeping its score: under a packing scorer a lower bound of the
+        real one, which still makes it the pick while no other row changes (``catch_up``
+        judges it fully once one does)."""
+        at = int(np.searchsorted(self.rows, row))
+        if at < len(self.rows) and self.rows[at] == row:
+            fits = bool(((working.allocatable[row] - working.used[row]) >= self.need).all())
+            if fits and self.ask.count:
+                fits = bool(fits_mask(gpu_free[row : row + 1], self.ask)[0])
+            self.ok[at] = fits
+            if fits:
+                self.stale.append(at)
+        self.seen = seen
 
     def best(self) -> int | None:
         """The best-scoring row that fits (the first of equals), or None."""

@@ -17,6 +17,7 @@ class BinPack:
     """A ``Scorer``: the fuller the node after placement, the better."""
 
     name = "binpack"
+    packs = True  # fuller scores higher
 
     def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
         """Integer scores 0..``MAX_NODE_SCORE`` for nodes ``rows``."""

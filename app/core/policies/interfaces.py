@@ -64,6 +64,9 @@ class Scorer(Protocol):
     """Ranks candidate nodes for a pod."""
 
     name: str
+    #: Whether a node's score never drops as pods are added to it (packing scorers): then a
+    #: gang's next alike member goes where the last one went while it still fits.
+    packs: bool
 
     def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
         """Integer scores 0..``MAX_NODE_SCORE`` for nodes ``rows`` of ``view``."""

@@ -14,6 +14,7 @@ class Spread:
     """A ``Scorer``: the emptier the node after placement, the better."""
 
     name = "spread"
+    packs = False  # fuller scores lower
 
     def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
         """Integer scores 0..``MAX_NODE_SCORE`` for nodes ``rows``."""
