@@ -479,3 +479,45 @@ def test_blocks_alike_are_placed_in_once(monkeypatch: pytest.MonkeyPatch) -> Non
     cluster.cache.upsert_pods(members)
     assert domains(boxes, planned(cluster, members), 2) == {"b0"}
     assert len(calls) == 1  # the average bound alone would place in all six blocks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_demand_memo_places_as_computing_afresh(seed: int) -> None:
+    """Gang after gang reserved in one session: placing with the memo (free-room sums brought
+    up to date row by row) gives exactly what computing every node afresh gives."""
+    import random
+
+    from app.core.actions.allocate_in_domain import DemandMemo, allocate_topology
+    from app.core.cycle.session import Session
+    from app.core.state.domains import tree_for
+
+    rng = random.Random(seed)
+    boxes = [
+        (f"n{b}-{i}", f"z/s{b % 2}/b{b}/n{b}-{i}", rng.choice([4, 8]), rng.choice([0, 0, 2, 4]))
+        for b in range(rng.randint(4, 10))
+        for i in range(rng.randint(6, 12))
+    ]
+    cache = cluster_of(boxes).cache
+    gangs = []
+    shapes = [(rng.choice([1, 2, 3, 4, 6]), rng.choice([1, 2, 4])) for _ in range(3)]
+    for g in range(30):
+        size, gpu = shapes[g // 4 % 3]  # runs of gangs alike, as a queue of one job's copies
+        gangs.append(gang(size, gpu, {}, name=f"g{g}"))
+        cache.upsert_pods(gangs[-1])
+    session = Session(cache, {})
+    tree = tree_for(session.view().table, DEFAULT_KEYS)
+    memo = DemandMemo()
+    for g, members in enumerate(gangs):
+        if g % 7 == 6:  # now and then what is reserved so far reaches the cache: a new view
+            session.commit()
+            session = Session(cache, {})
+        view = session.view()
+        with_memo = allocate_topology(view, members, tree=tree, memo=memo)
+        afresh = allocate_topology(view, members, tree=tree)
+        assert (with_memo.placed, with_memo.devices, with_memo.domain) == (
+            afresh.placed,
+            afresh.devices,
+            afresh.domain,
+        )
+        if with_memo.complete:
+            session.reserve(f"ml/g{g}", with_memo.placed, with_memo.devices)

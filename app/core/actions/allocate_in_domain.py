@@ -77,6 +77,62 @@ class _Demand:
     columns: np.ndarray
     counts: np.ndarray  # members per kind
     pinned: np.ndarray  # rows of running members
+    #: level -> ``columns`` summed per domain (computed when first asked, see ``sums``)
+    level_sums: dict[int, np.ndarray]
+
+    def sums(self, tree: Tree, level: int) -> np.ndarray:
+        """``columns`` summed per domain of ``level``."""
+        found = self.level_sums.get(level)
+        if found is None:
+            found = self.level_sums[level] = tree.sums(level, self.columns)
+        return found
+
+
+Kinds = dict[tuple[Resources, Constraint], int]
+
+
+class DemandMemo:
+    """The last gang shape's ``_Demand`` columns and domain sums, brought up to date row by
+    row: a cycle reserves gang after gang, so the next gang of the same shape sees a view
+    that differs in a few rows, and pays for those rows instead of every node. Exact: the
+    rows whose usage differs are found by comparing usage itself. Not thread-safe (one per
+    planner, used under its lock)."""
+
+    #: Beyond this share of changed rows, everything is computed afresh.
+    REBUILD = 0.125
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._used = np.zeros((0, 0), dtype=np.int64)
+        self._demand: _Demand | None = None
+
+    def columns(
+        self, view: NodeView, tree: Tree, masks: dict[Constraint, np.ndarray], kinds: Kinds
+    ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """The columns for ``kinds`` on ``view`` and the (shared, updated) level sums."""
+        key = (view.table, tree, tuple(kinds.items()))
+        last = self._demand
+        if last is not None and key == self._key and self._used.shape == view.used.shape:
+            changed = np.flatnonzero((view.used != self._used).any(axis=1))
+            if len(changed) <= self.REBUILD * len(view.nodes):
+                if len(changed):
+                    fresh = _columns(view, masks, kinds, changed)
+                    delta = fresh - last.columns[changed]
+                    last.columns[changed] = fresh
+                    self._used[changed] = view.used[changed]
+                    for level, sums in last.level_sums.items():
+                        np.add.at(sums, tree.ids[level, changed], delta)
+                return last.columns, last.level_sums
+        columns = _columns(view, masks, kinds, None)
+        self._key, self._used = key, view.used.copy()
+        self._demand = _Demand(
+            total=np.zeros(0, np.int64),
+            columns=columns,
+            counts=np.zeros(0, np.int64),
+            pinned=np.zeros(0, np.int64),
+            level_sums={},
+        )
+        return columns, self._demand.level_sums
 
 
 def allocate_topology(
@@ -87,13 +143,14 @@ def allocate_topology(
     ask: Ask | None = None,
     strategy: str = "binpack",
     pinned: Collection[str] = (),
+    memo: DemandMemo | None = None,
 ) -> TopologyAllocation:
     """Place ``members`` (a gang's core) together inside one domain of ``tree`` per ``ask``.
 
     ``ask`` ``None`` prefers the lowest level. ``pinned``: nodes of members already running;
     the domain must hold them. A required ask that no domain can meet leaves every member
     unplaced with ``reason`` set; otherwise an incomplete result is a capacity shortage, as
-    with ``allocate``.
+    with ``allocate``. ``memo`` carries the free-room sums over from the previous call.
     """
     members = list(members)
     if not members:
@@ -110,7 +167,7 @@ def allocate_topology(
                 reason=f"unknown topology level {ask.level!r} in {key}; known levels: {known}",
             )
         start, required = level, ask.required
-    demand = _demand(view, members, pinned)
+    demand = _demand(view, members, pinned, tree, memo)
     for level in [start] if required else range(start, -1, -1):
         if tree.spans_all(level):
             break  # one domain of every node: the same as anywhere
@@ -129,19 +186,45 @@ def allocate_topology(
     )
 
 
-def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> _Demand:
-    free = np.maximum(view.allocatable - view.used, 0)
+def _demand(
+    view: NodeView,
+    members: Sequence[Pod],
+    pinned: Collection[str],
+    tree: Tree,
+    memo: DemandMemo | None,
+) -> _Demand:
     masks: dict[Constraint, np.ndarray] = {}
-    kinds: dict[tuple[Resources, Constraint], int] = {}
+    kinds: Kinds = {}
     for pod in members:
         constraint = constraint_of(pod)
         if constraint not in masks:
             masks[constraint] = eligible(view, pod)
         kind = (pod.requests, constraint)
         kinds[kind] = kinds.get(kind, 0) + 1
-    usable = np.zeros(len(view.nodes), dtype=bool)
+    level_sums: dict[int, np.ndarray]
+    if memo is None:
+        columns, level_sums = _columns(view, masks, kinds, None), {}
+    else:
+        columns, level_sums = memo.columns(view, tree, masks, kinds)
+    rows = [view.index[n] for n in pinned if n in view.index]
+    return _Demand(
+        total=np.sum([np.asarray(p.requests, dtype=np.int64) for p in members], axis=0),
+        columns=columns,
+        counts=np.array(list(kinds.values()), dtype=np.int64),
+        pinned=np.array(rows, dtype=np.int64),
+        level_sums=level_sums,
+    )
+
+
+def _columns(
+    view: NodeView, masks: dict[Constraint, np.ndarray], kinds: Kinds, rows: np.ndarray | None
+) -> np.ndarray:
+    """``_Demand.columns`` for ``rows`` (``None``: every row)."""
+    every = slice(None) if rows is None else rows
+    free = np.maximum(view.allocatable[every] - view.used[every], 0)
+    usable = np.zeros(len(free), dtype=bool)
     for mask in masks.values():
-        usable |= mask
+        usable |= mask[every]
     slots = []
     for (requests, constraint), count in kinds.items():
         need = np.asarray(requests, dtype=np.int64)
@@ -149,17 +232,12 @@ def _demand(view: NodeView, members: Sequence[Pod], pinned: Collection[str]) -> 
         if positive.any():
             fits = (free[:, positive] // need[positive]).min(axis=1)
         else:
-            fits = np.full(len(view.nodes), count, dtype=np.int64)
-        slots.append(np.where(masks[constraint], fits, 0))
-    rows = [view.index[n] for n in pinned if n in view.index]
-    return _Demand(
-        total=np.sum([np.asarray(p.requests, dtype=np.int64) for p in members], axis=0),
-        columns=np.column_stack([free, free * usable[:, None], *slots]).astype(
-            np.int64, copy=False
-        ),
-        counts=np.array(list(kinds.values()), dtype=np.int64),
-        pinned=np.array(rows, dtype=np.int64),
+            fits = np.full(len(free), count, dtype=np.int64)
+        slots.append(np.where(masks[constraint][every], fits, 0))
+    columns: np.ndarray = np.column_stack([free, free * usable[:, None], *slots]).astype(
+        np.int64, copy=False
     )
+    return columns
 
 
 def _best(
@@ -168,7 +246,7 @@ def _best(
     """The best placement inside one domain of ``level`` (``None``: none fits), and the free
     room per domain on rows the members may use (for the reason when none fits)."""
     r = len(RESOURCE_NAMES)
-    sums = tree.sums(level, demand.columns)
+    sums = demand.sums(tree, level)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
     ok = np.asarray((free >= demand.total).all(axis=1) & (slots >= demand.counts).all(axis=1))
     if len(demand.pinned):

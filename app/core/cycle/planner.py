@@ -26,7 +26,11 @@ from typing import Any, overload
 import numpy as np
 
 from app.core.actions.allocate import allocate, why_unplaced
-from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
+from app.core.actions.allocate_in_domain import (
+    DemandMemo,
+    TopologyAllocation,
+    allocate_topology,
+)
 from app.core.actions.backfill import Reservation, may_backfill
 from app.core.actions.victims import Unit, running_units
 from app.core.cycle.describe import describe
@@ -117,6 +121,7 @@ class Planner:
         self._gang_memo: GangMemo = {}
         self._queue_names = QueueNames(scheduler_name)
         self._failed = FailedPlacements()
+        self._demand = DemandMemo()
         self._lowest: tuple[int, int | None] | None = None
         self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
         # Gangs whose members' keys and group object disagree (last cycle), and what of that
@@ -508,7 +513,13 @@ class Planner:
                 return TopologyAllocation(unplaced=list(members), reason=problem)
             tree = tree_for(view.table, self._topology_keys)
             return allocate_topology(
-                view, members, tree=tree, ask=ask, strategy=self._strategy, pinned=pinned
+                view,
+                members,
+                tree=tree,
+                ask=ask,
+                strategy=self._strategy,
+                pinned=pinned,
+                memo=self._demand,
             )
 
         return self._failed.place(view, members, (ask, problem), pinned, compute)
