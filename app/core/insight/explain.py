@@ -40,7 +40,7 @@ from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import TOPOLOGY_REQUIRED
 from app.core.model.quantity import format_milli
 from app.core.model.queues import UNLIMITED, Queue
-from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime
+from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime, expected_end
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.proportion import admit, borrowable
 from app.core.policies.registry import check_reasons, eligible
@@ -496,50 +496,116 @@ def gang_eta(o: Outlook, gang: Gang, category: str) -> float | None:
 
 
 def _eta(o: Outlook, job: Job, category: str) -> float | None:
+    """Seconds until ``job`` is expected to start: once running work (and work planned to
+    start) has run for its declared or default runtime, the room it needs is free and, for a
+    job its queue does not admit yet, the queue's own work has ended. None: never, as far as
+    the snapshot tells (missing members, constraints, a queue that never admits it)."""
     if category == "none":
         return 0.0
-    if category in ("gang-incomplete", "constraints", "quota"):
+    if category in ("gang-incomplete", "constraints"):
         return None
     if o.head is not None and o.head.gang == job.key:
         return max(o.head.start - o.now, 0.0)
-    # Room held for another gang stays taken: it only frees once that gang has run.
-    view = view_for(o, job)
+    start = _room_free_at(o, job)
+    if start is not None and category == "quota":
+        admitted = _admitted_at(o, job)
+        start = None if admitted is None else max(start, admitted)
+    return None if start is None else max(start - o.now, 0.0)
+
+
+def _room_free_at(o: Outlook, job: Job) -> float | None:
+    """When the room ``job`` needs is free. Room held for the head of the line stays taken
+    until the head has run there, unless ``job`` may backfill it (it would end before the head
+    is due)."""
+    owner, holds, until = o.session.holds
+    head = o.gangs.get(owner)
+    if not holds or owner == job.key or head is None:
+        return _free_at(o, job, view_for(o, job))
+    backfill = o.session.backfill_view()
+    runtimes = [declared_runtime(p) for p in job.core]
+    if all(r is not None for r in runtimes):
+        start = _free_at(o, job, backfill)
+        if start is not None and may_backfill(job.core, start, until):
+            return start
+    released = max(until, o.now) + max(declared_runtime(p) or o.default_runtime
+                                       for p in head.members)  # fmt: skip
+    held = _free_at(o, job, o.session.view())
+    if held is not None and held < released:
+        return held
+    after = _free_at(o, job, backfill)
+    return None if after is None else max(after, released)
+
+
+def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
+    """When ``job``'s core fits on ``view`` once pods holding or planned for room there have
+    run for their runtimes (what ``view`` counts beyond pods, such as holds, stays)."""
     snapshot = replace(o.session.snapshot, view=view)
     # A required domain bounds where the room may free; no domain big enough: never.
     domains = None if job.gang is None else domains_for(job.gang, view, o.topology_keys)
     if domains == []:
         return None
     masks: list[np.ndarray | None] = list(domains) if domains is not None else [None]
-    found = min(
-        (
-            r
-            for mask in masks
-            if (
-                r := reserve_for(
-                    snapshot,
-                    job.key,
-                    job.core,
-                    now=o.now,
-                    default_runtime=o.default_runtime,
-                    strategy=o.strategy,
-                    within=mask,
-                    planned_start_now=True,
-                )
+    starts = [
+        r.start
+        for mask in masks
+        if (
+            r := reserve_for(
+                snapshot,
+                job.key,
+                job.core,
+                now=o.now,
+                default_runtime=o.default_runtime,
+                strategy=o.strategy,
+                within=mask,
+                planned_start_now=True,
             )
-            is not None
-        ),
-        key=lambda r: r.start,
-        default=None,
-    )
-    if found is not None:
-        return max(found.start - o.now, 0.0)
-    owner, holds, until = o.session.holds
-    head = o.gangs.get(owner)
-    if holds and head is not None and owner != job.key:
-        # Only the held room could take it: free once the head of the line has run there.
-        runtime = max(declared_runtime(p) or o.default_runtime for p in head.members)
-        return max(until - o.now, 0.0) + runtime
-    return None
+        )
+        is not None
+    ]
+    return min(starts, default=None)
+
+
+def _admitted_at(o: Outlook, job: Job) -> float | None:
+    """When ``job``'s queue admits it, once pods counted against queues (holding a node,
+    binding or planned) have run for their runtimes; None: not even with all of them gone."""
+    queue = _queue_of(o, job)
+    demand = demand_of(job.core)
+    snapshot = o.session.snapshot
+    releases = []
+    for uid, pod in snapshot.pods.items():
+        if pod.terminal or not (snapshot.holds_node(pod) or uid in snapshot.reserved):
+            continue
+        name = queue_name(pod, o.config, o.scheduler_name)
+        if name is None or name not in o.config.queues:
+            continue
+        started = pod.started or snapshot.bound_at.get(uid, o.now)
+        releases.append((expected_end(pod, started, o.default_runtime), name, pod.requests))
+    releases.sort(key=lambda r: r[0])
+    # Usage after the first k releases, per leaf queue, as running sums (admit is monotone in
+    # what is released, so the first k that admits is found by bisection).
+    amounts = np.asarray([r[2] for r in releases], np.int64).reshape(-1, len(RESOURCE_NAMES))
+    leaves = np.asarray([r[1] for r in releases], dtype=object)
+    sums = {q: np.cumsum(amounts * (leaves == q)[:, None], axis=0) for q in set(leaves.tolist())}
+
+    def admitted(k: int) -> bool:
+        if not k:
+            return admit(o.usage, queue, demand).ok
+        used = {name: amount.copy() for name, amount in o.usage.used.items()}
+        usage = replace(o.usage, used=used)
+        for q, running in sums.items():
+            usage.add(q, -running[k - 1])
+        return admit(usage, queue, demand).ok
+
+    if not admitted(len(releases)):
+        return None
+    low, high = 0, len(releases)
+    while low < high:
+        mid = (low + high) // 2
+        if admitted(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return max(o.now, releases[low - 1][0]) if low else o.now
 
 
 # -- fixes ----------------------------------------------------------------------------------
