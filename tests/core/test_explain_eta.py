@@ -96,7 +96,7 @@ ROWS = [
     Row("only the room held for the head of the line would take it",
         world(boxes(2), Job("busy", 1, 8, on="n0", runtime="6m"),
               Job("half", 1, 4, on="n1", runtime="2m"),
-              Job("big", 2, 8, runtime="4m", age=100), Job("small", 1, 4, runtime="10m", age=10)),
+              Job("big", 2, 8, runtime="4m", age=700), Job("small", 1, 4, runtime="10m", age=10)),
         "small", "reservation"),
     Row("its queue at its limit until its own work ends",
         world(boxes(3), Job("mine", 1, 8, on="n0", queue="q", runtime="4m"),
