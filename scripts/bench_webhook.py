@@ -62,7 +62,7 @@ from app.core.admission.pods import (  # noqa: E402
 )
 from app.core.admission.workloads import WorkloadKind  # noqa: E402
 from app.core.model.values import Pod, Resources  # noqa: E402
-from scripts.benchproc import Latency, child_server  # noqa: E402
+from scripts.benchproc import Latency, child_server, serve_on_loopback  # noqa: E402
 from tests.reviews import (  # noqa: E402
     job_obj,
     job_pod,
@@ -182,18 +182,9 @@ def serve(kind: str, pods: int) -> None:
     """Child process: serve ``kind`` ("muster" or "null") on an ephemeral loopback port."""
     import logging
 
-    import uvicorn
-
     logging.getLogger("muster").setLevel(logging.WARNING)
     app = create_muster_app(pods) if kind == "muster" else create_null_app()
-    # IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections (see bench_extender).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    print(f"PORT {sock.getsockname()[1]}", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    serve_on_loopback(app)
 
 
 @contextmanager

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,3 +74,18 @@ class Latency:
         ns = np.asarray(samples_ns, dtype=np.float64)
         p50, p90, p99 = (float(x) for x in np.percentile(ns, [50, 90, 99]) / 1e6)
         return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, len(ns) / (ns.sum() / 1e9))
+
+
+def serve_on_loopback(app: Any) -> None:
+    """Serve the ASGI ``app`` with uvicorn on an ephemeral 127.0.0.1 port, announced first as
+    ``PORT n`` on stdout (what ``child_server`` reads). The socket is made with
+    ``IPPROTO_TCP`` so asyncio sets TCP_NODELAY on accepted connections (see bench_extender)."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

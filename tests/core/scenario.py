@@ -223,19 +223,7 @@ def simulate(row: Scenario) -> Outcome:
     created ``age`` seconds earlier), the running jobs' ``age`` seconds (and a little) before,
     pinned to their nodes. ``placed`` holds the pending gangs that start within ``_WINDOW``
     seconds, where they first started; ``evicted`` the jobs interrupted meanwhile."""
-    origin = max(j.age + _LEAD if j.running else j.age for j in row.jobs)
-    jobs = [_sim_job(j, origin) for j in row.jobs]
-    config = SimConfig(
-        policy_config=PolicyConfig(
-            queues=queue_config(row.queues, row.priority_classes),
-            min_runtime=row.min_runtime,
-            preemption=row.preemption,
-            default_runtime=row.default_runtime,
-        ),
-        max_time=origin + _WINDOW,
-    )
-    fleet = _Fleet(tuple(_node(b) for b in row.nodes))
-    sim = Simulation(fleet, jobs, config)  # type: ignore[arg-type]  # duck-typed ClusterSpec
+    sim, origin = simulation(row, _WINDOW)
     binds: list[tuple[str, str, float]] = []
     api_bind = sim.api.bind
 
@@ -257,6 +245,29 @@ def simulate(row: Scenario) -> Outcome:
             )
     evicted = tuple(sorted(r.name for r in records.values() if r.evictions))
     return Outcome(placed, evicted)
+
+
+def simulation(
+    row: Scenario, window: float, *, undeclared: float = _SIM_RUNTIME
+) -> tuple[Simulation, float]:
+    """``row`` as a simulation, and the instant its pending jobs arrive (``origin``): the
+    running jobs arrive ``age`` seconds (and a little) before, pinned to their nodes; it stops
+    ``window`` seconds after ``origin``. A job that declares a runtime runs that long, others
+    run ``undeclared`` seconds."""
+    origin = max(j.age + _LEAD if j.running else j.age for j in row.jobs)
+    jobs = [_sim_job(j, origin, undeclared) for j in row.jobs]
+    config = SimConfig(
+        policy_config=PolicyConfig(
+            queues=queue_config(row.queues, row.priority_classes),
+            min_runtime=row.min_runtime,
+            preemption=row.preemption,
+            default_runtime=row.default_runtime,
+        ),
+        max_time=origin + window,
+    )
+    fleet = _Fleet(tuple(_node(b) for b in row.nodes))
+    sim = Simulation(fleet, jobs, config)  # type: ignore[arg-type]  # duck-typed ClusterSpec
+    return sim, origin
 
 
 def queue_config(
@@ -352,7 +363,7 @@ def _evicted(evictions: Iterable[Eviction]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _sim_job(job: Job, origin: float) -> SimJob:
+def _sim_job(job: Job, origin: float, undeclared: float) -> SimJob:
     """``job`` for the simulator: a running job arrives ``age`` plus ``_LEAD`` before
     ``origin``, its pods pinned to their nodes; a pending one at ``origin``, created ``age``
     before."""
@@ -368,7 +379,7 @@ def _sim_job(job: Job, origin: float) -> SimJob:
     return SimJob(
         name=job.name,
         arrival=arrival,
-        runtime=runtime or _SIM_RUNTIME,
+        runtime=runtime or undeclared,
         deadline=math.inf,
         min_member=job.min_member or job.size,
         pods=tuple(pods),

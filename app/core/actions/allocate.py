@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.core.gpu.ask import GpuAsk, fits_mask, take
+from app.core.gpu.ask import MILLI, GpuAsk, fits_mask, take
 from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
@@ -205,3 +205,42 @@ def _need(view: NodeView, request: Resources, count: int) -> str:
     row = int(np.argmax(best[:, 1])) if len(best) else 0
     what = shortfall(request, best[row]) if len(best) else "no nodes"
     return f"{count} more member(s) each {what or 'blocked by node constraints'}"
+
+
+class FitBound:
+    """A quick, vectorized test that ``members`` cannot all fit on a view, for searches that
+    try many views of one cluster (``possible`` False: ``allocate`` would not place them all;
+    True promises nothing). Each group of alike members must find room, counted per node as
+    how many such members the node's free resources and whole free GPUs could take."""
+
+    def __init__(self, view: NodeView, members: Sequence[Pod]) -> None:
+        groups: Counter[tuple[Resources, GpuAsk, Constraint]] = Counter()
+        first: dict[tuple[Resources, GpuAsk, Constraint], Pod] = {}
+        for pod in members:
+            key = (pod.requests, GpuAsk.of(pod), constraint_of(pod))
+            groups[key] += 1
+            first.setdefault(key, pod)
+        self._need = np.sum([np.asarray(p.requests, np.int64) for p in members], axis=0)
+        self._groups = [
+            (np.asarray(key[0], np.int64), key[1], eligible(view, first[key]), count)
+            for key, count in groups.items()
+        ]
+
+    def possible(self, view: NodeView) -> bool:
+        """False if the members certainly do not all fit on ``view``."""
+        free = np.maximum(view.allocatable - view.used, 0)
+        if (free.sum(axis=0) < self._need).any():
+            return False
+        whole: np.ndarray | None = None
+        for need, ask, mask, count in self._groups:
+            positive = need > 0
+            if not positive.any():
+                continue
+            room = (free[mask][:, positive] // need[positive]).min(axis=1)
+            if ask.count and ask.milli == MILLI:
+                if whole is None:
+                    whole = (view.gpu_free == MILLI).sum(axis=1)
+                room = np.minimum(room, whole[mask] // ask.count)
+            if int(room.sum()) < count:
+                return False
+        return True

@@ -45,8 +45,10 @@ def running_units(
     *,
     now: float,
     protection: Protection,
+    protected_until: list[float] | None = None,
 ) -> list[Unit]:
-    """Every unprotected unit of running work that Muster manages (pods with a queue)."""
+    """Every unprotected unit of running work that Muster manages (pods with a queue);
+    ``protected_until`` (if given) receives when each unit still protected stops being so."""
     units: list[Unit] = []
     started = {uid: snapshot.bound_at.get(uid, now) for uid in snapshot.placement}
 
@@ -63,7 +65,10 @@ def running_units(
         if queue is None:
             continue
         first = min(start_of(p) for p in bound)
-        if now - first < protection.seconds(bound, queue, gang=True):
+        seconds = protection.seconds(bound, queue, gang=True)
+        if now - first < seconds:
+            if protected_until is not None:
+                protected_until.append(first + seconds)
             continue  # protected while young
         extras = sorted(bound, key=start_of, reverse=True)[: max(len(bound) - gang.min_member, 0)]
         for pod in extras:
@@ -73,7 +78,12 @@ def running_units(
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
         queue = queue_of(pod)
-        if queue is None or now - start_of(pod) < protection.seconds([pod], queue, gang=False):
+        if queue is None:
+            continue
+        seconds = protection.seconds([pod], queue, gang=False)
+        if now - start_of(pod) < seconds:
+            if protected_until is not None:
+                protected_until.append(start_of(pod) + seconds)
             continue
         units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
     return units

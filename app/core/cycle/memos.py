@@ -4,9 +4,11 @@ members change, queue names read once per pod, a failed placement remembered per
 from __future__ import annotations
 
 import operator
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from typing import TypeVar, cast
 
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
@@ -15,6 +17,8 @@ from app.core.model.values import Pod
 from app.core.state.cache import NodeView, Snapshot
 from app.core.state.domains import Ask
 from app.core.state.queueusage import queue_name
+
+T = TypeVar("T")
 
 #: Per gang key: its member pods and their bound state when the gang was built, and the gang.
 GangMemo = dict[str, tuple[list[Pod], tuple[bool, ...], "Gang | None"]]
@@ -126,3 +130,34 @@ class FailedPlacements:
         if not allocation.complete:
             self._failed[key] = ([signature(p) for p in allocation.unplaced], allocation.reason)
         return allocation
+
+
+class SnapshotMemo:
+    """Values derived from one cache snapshot (``get(snapshot, key, make)``), kept while the
+    cache shows that very snapshot: every explain or what-if on an unchanged cluster reads the
+    same running pods, so what is derived from them alone is computed once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._values: dict[Hashable, object] = {}
+
+    def get(self, snapshot: Snapshot, key: Hashable, make: Callable[[], T]) -> T:
+        """The value of ``key`` for ``snapshot``, made by ``make()`` the first time."""
+        with self._lock:
+            if self._snapshot is not snapshot:
+                self._snapshot, self._values = snapshot, {}
+            if key in self._values:
+                return cast(T, self._values[key])
+        value = make()
+        self.put(snapshot, key, value)
+        return value
+
+    def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
+        """Keep ``value`` for ``key`` (replacing what was kept) while ``snapshot`` is current."""
+        with self._lock:
+            if self._snapshot is not snapshot:
+                self._snapshot, self._values = snapshot, {}
+            if len(self._values) > 256:
+                self._values.clear()
+            self._values[key] = value

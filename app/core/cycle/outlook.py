@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.actions.backfill import Reservation
+from app.core.cycle.memos import QueueNames, SnapshotMemo
 from app.core.cycle.plans import Plan
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang
@@ -41,5 +42,10 @@ class Outlook:
     protection: Protection
     #: The order of gangs within a queue (``app.core.policies.gangorder``).
     order: GangOrder
+    #: The planner's memo of each pod's queue (``queue_names.of(pod, config)``).
+    queue_names: QueueNames
+    #: What explain and what-if derive from the snapshot alone, kept from one outlook to the
+    #: next while the cache is unchanged (``memo`` lives as long as this outlook only).
+    kept: SnapshotMemo
     #: Results computed once per outlook by the questions asked of it (they change nothing).
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -37,7 +37,7 @@ from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.makeroom import make_room, may_take_room
-from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, gangs_of
+from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, SnapshotMemo, gangs_of
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
 from app.core.cycle.session import Session
@@ -120,6 +120,8 @@ class Planner:
         # Memos that keep a cycle's cost proportional to what changed (see ``memos``).
         self._gang_memo: GangMemo = {}
         self._queue_names = QueueNames(scheduler_name)
+        # What explain and what-if keep while the cache is unchanged (``Outlook.kept``).
+        self._insight_memo = SnapshotMemo()
         self._failed = FailedPlacements()
         self._demand = DemandMemo()
         self._lowest: tuple[int, int | None] | None = None
@@ -257,6 +259,8 @@ class Planner:
                 preemption=self._preemption,
                 protection=self._protection,
                 order=self._order,
+                queue_names=self._queue_names,
+                kept=self._insight_memo,
             )
 
     def describe(self) -> list[dict[str, Any]]:

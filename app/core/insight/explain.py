@@ -18,33 +18,34 @@ The blockers are checked in the order the planner meets them, and the first that
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from app.core.actions.allocate import allocate
 from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
-from app.core.actions.backfill import may_backfill, reserve_for
-from app.core.actions.victims import running_units
+from app.core.actions.backfill import Ending, ending, may_backfill, reserve_for
+from app.core.actions.victims import Unit, freed, running_units
 from app.core.cycle.describe import gang_state
 from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
-from app.core.cycle.memos import gangs_of
 from app.core.cycle.outlook import Outlook
-from app.core.gpu.ask import MILLI
+from app.core.gpu.ask import MILLI, GpuAsk
+from app.core.insight.forward import Occupant, earliest
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import TOPOLOGY_REQUIRED
 from app.core.model.quantity import format_milli
 from app.core.model.queues import UNLIMITED, Queue
-from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime
+from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime, expected_end
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.proportion import admit, borrowable
-from app.core.policies.registry import check_reasons, eligible
-from app.core.state.cache import NodeView, without
+from app.core.policies.registry import check_reasons, constraint_of, eligible
+from app.core.state.cache import NodeView, Snapshot, without
 from app.core.state.domains import Ask, ask_of, tree_for
 from app.core.state.queueusage import demand_of, queue_name
 from app.core.verbs.filter import filter_nodes
@@ -56,6 +57,10 @@ CATEGORIES = (
 STATES = ("running", "binding", "planned", "waiting", "unknown")
 #: How many reason groups ``nodes`` lists (most common first).
 NODE_REASONS = 10
+#: A priority fix searches all running units up to this many lower ones (see ``_focus``).
+FOCUS_UNITS = 64
+#: How many waiting gangs ahead in line the ETA plays forward (beyond the head of the line).
+AHEAD = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,10 +348,10 @@ def _fragmentation(view: NodeView, core: Sequence[Pod], free: np.ndarray) -> str
 
 
 def _queue_of(o: Outlook, job: Job) -> str:
-    names = {queue_name(p, o.config, o.scheduler_name) for p in job.members} - {None}
+    names = {o.queue_names.of(p, o.config) for p in job.members} - {""}
     if job.gang is not None and not names:
         return o.config.default_queue
-    return min(n for n in names if n) if names else ""
+    return min(names) if names else ""
 
 
 def _amounts(values: np.ndarray | Resources) -> dict[str, str]:
@@ -441,18 +446,27 @@ def _top_reason(view: NodeView, pod: Pod) -> str:
 def _position(o: Outlook, job: Job, queue: str) -> dict[str, Any] | None:
     if job.gang is None or not queue:
         return None
-    line = sorted(
-        (
-            g
-            for g in o.gangs.values()
-            if not g.running and g.key not in o.plans and (_queue_of(o, _gang_job(g, "")) == queue)
-        ),
-        key=o.order.key,
-    )
-    keys = [g.key for g in line]
+    keys = _lines(o).get(queue, [])
     if job.key not in keys:
         return None
     return {"queue": queue, "index": keys.index(job.key) + 1, "of": len(keys)}
+
+
+def _lines(o: Outlook) -> dict[str, list[str]]:
+    """Per queue, the gangs that neither run nor have a plan, in the planner's order within
+    a queue; kept while the cache and the plans are unchanged."""
+
+    def make() -> dict[str, list[str]]:
+        lines: dict[str, list[Gang]] = {}
+        for g in o.gangs.values():
+            if not g.running and g.key not in o.plans:
+                lines.setdefault(_queue_of(o, _gang_job(g, "")), []).append(g)
+        return {
+            queue: [g.key for g in sorted(line, key=o.order.key)] for queue, line in lines.items()
+        }
+
+    key = ("lines", id(o.config), id(o.order), frozenset(o.plans))
+    return o.kept.get(o.session.snapshot, key, make)
 
 
 def place_job(o: Outlook, view: NodeView, job: Job, ask: Ask | None) -> TopologyAllocation:
@@ -496,50 +510,230 @@ def gang_eta(o: Outlook, gang: Gang, category: str) -> float | None:
 
 
 def _eta(o: Outlook, job: Job, category: str) -> float | None:
+    """Seconds until ``job`` is expected to start: once running work (and work planned to
+    start) has run for its declared or default runtime, the room it needs is free and, for a
+    job its queue does not admit yet, the queue's own work has ended. None: never, as far as
+    the snapshot tells (missing members, constraints, a queue that never admits it)."""
     if category == "none":
         return 0.0
-    if category in ("gang-incomplete", "constraints", "quota"):
+    if category in ("gang-incomplete", "constraints"):
         return None
     if o.head is not None and o.head.gang == job.key:
         return max(o.head.start - o.now, 0.0)
-    # Room held for another gang stays taken: it only frees once that gang has run.
-    view = view_for(o, job)
+    start = _room_free_at(o, job)
+    if start is not None and category == "quota":
+        admitted = _admitted_at(o, job)
+        start = None if admitted is None else max(start, admitted)
+    return None if start is None else max(start - o.now, 0.0)
+
+
+def _room_free_at(o: Outlook, job: Job) -> float | None:
+    """When the room ``job`` needs is free. Room held for the head of the line stays taken
+    until the head has run there, unless ``job`` may backfill it (it would end before the head
+    is due)."""
+    owner, holds, until = o.session.holds
+    head = o.gangs.get(owner)
+    ahead = _ahead(o, job)
+    ask, _ = ask_of(job.members)
+    required = ask is not None and ask.required
+    if ahead and not required and owner != job.key:
+        if holds and head is not None:
+            start = _backfill_start(o, job, until)
+            if start is not None:
+                return start
+        return _after_line(o, job, ahead)
+    if not holds or owner == job.key or head is None:
+        return _free_at(o, job, view_for(o, job))
+    start = _backfill_start(o, job, until)
+    if start is not None:
+        return start
+    backfill = o.session.backfill_view()
+    released = max(until, o.now) + max(declared_runtime(p) or o.default_runtime
+                                       for p in head.members)  # fmt: skip
+    held = _free_at(o, job, o.session.view())
+    if held is not None and held < released:
+        return held
+    after = _free_at(o, job, backfill)
+    return None if after is None else max(after, released)
+
+
+def _backfill_start(o: Outlook, job: Job, until: float) -> float | None:
+    """When ``job`` could start in room held for the head of the line, if it declares
+    runtimes that end before the head is due then (None: it may not backfill)."""
+    if not may_backfill(job.core, o.now, until):
+        return None  # not even if it started now
+    start = _free_at(o, job, o.session.backfill_view())
+    return start if start is not None and may_backfill(job.core, start, until) else None
+
+
+def _ahead(o: Outlook, job: Job) -> list[Gang]:
+    """The first ``AHEAD`` gangs before ``job`` in its queue's line that may start before it:
+    complete, consistent, admitted by their queue now, and not the head of the line (whose
+    room is held)."""
+    if job.gang is None:
+        return []
+    queue = _queue_of(o, job)
+    line = _lines(o).get(queue, [])
+    if job.key in line:
+        before = line[: line.index(job.key)]
+    else:  # a job not submitted yet (what-if): where the gang order puts it
+        mine = o.order.key(job.gang)
+        before = [k for k in line if o.order.key(o.gangs[k]) < mine]
+    owner = o.session.holds[0]
+    out = []
+    for key in before:
+        gang = o.gangs[key]
+        core = gang.pending[: max(gang.min_member - len(gang.bound), 0)]
+        if key == owner or gang.problem or len(gang.members) < gang.min_member or not core:
+            continue
+        if not admit(o.usage, queue, demand_of(core)).ok:
+            continue
+        out.append(gang)
+        if len(out) == AHEAD:
+            break
+    return out
+
+
+def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
+    """When ``job`` fits once the head of the line and the gangs ``ahead`` of it have taken
+    their room, each from its own expected start for its runtime (``forward``)."""
+    view = o.session.backfill_view()
+    snapshot = replace(o.session.snapshot, view=view)
+    order = _ending(o, snapshot)
+    owner, holds, _ = o.session.holds
+    head = o.gangs.get(owner) if holds else None
+
+    def chain() -> list[Occupant]:
+        occupants: list[Occupant] = []
+        for gang in [*([head] if head is not None else []), *ahead]:
+            core = gang.pending[: max(gang.min_member - len(gang.bound), 0)]
+            found = earliest(view, order, core, occupants, now=o.now, strategy=o.strategy)
+            if found is None:
+                continue
+            start, allocation = found
+            runtime = max(declared_runtime(p) or o.default_runtime for p in core)
+            since = o.now if gang is head else start  # the head's room is held already
+            occupants.append(Occupant(since, start + runtime, tuple(core), allocation))
+        return occupants
+
+    key = ("line", owner if head is not None else "", tuple(g.key for g in ahead))
+    occupants = o.kept.get(o.session.snapshot, key, chain)
+
+    def start() -> float | None:
+        found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy)
+        return None if found is None else found[0]
+
+    # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).
+    shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
+    found = o.kept.get(o.session.snapshot, (*key, shape), start)
+    return None if found is None else max(found, o.now)
+
+
+def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
+    """When ``job``'s core fits on ``view`` once pods holding or planned for room there have
+    run for their runtimes (what ``view`` counts beyond pods, such as holds, stays)."""
     snapshot = replace(o.session.snapshot, view=view)
     # A required domain bounds where the room may free; no domain big enough: never.
     domains = None if job.gang is None else domains_for(job.gang, view, o.topology_keys)
     if domains == []:
         return None
+    if domains is None:
+        # Alike jobs free alike: kept per shape while the cache is unchanged (a start before
+        # ``now`` means ``now``, so an earlier answer stays right).
+        shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
+        key = ("free at", _view_key(o, view), shape)
+        start = o.kept.get(o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot))
+        return None if start is None else max(start, o.now)
+    return _reserved_start(o, job, snapshot, domains)
+
+
+def _reserved_start(
+    o: Outlook, job: Job, snapshot: Snapshot, domains: Sequence[np.ndarray] | None = None
+) -> float | None:
     masks: list[np.ndarray | None] = list(domains) if domains is not None else [None]
-    found = min(
-        (
-            r
-            for mask in masks
-            if (
-                r := reserve_for(
-                    snapshot,
-                    job.key,
-                    job.core,
-                    now=o.now,
-                    default_runtime=o.default_runtime,
-                    strategy=o.strategy,
-                    within=mask,
-                    planned_start_now=True,
-                )
+    starts = [
+        r.start
+        for mask in masks
+        if (
+            r := reserve_for(
+                snapshot,
+                job.key,
+                job.core,
+                now=o.now,
+                default_runtime=o.default_runtime,
+                strategy=o.strategy,
+                within=mask,
+                planned_start_now=True,
+                order=None if mask is not None else _ending(o, snapshot),
             )
-            is not None
-        ),
-        key=lambda r: r.start,
-        default=None,
-    )
-    if found is not None:
-        return max(found.start - o.now, 0.0)
+        )
+        is not None
+    ]
+    return min(starts, default=None)
+
+
+def _view_key(o: Outlook, view: NodeView) -> object:
+    """What tells the session's two views apart in memo keys: the holds it counts, if any."""
+    if view is o.session.backfill_view():
+        return "backfill"
     owner, holds, until = o.session.holds
-    head = o.gangs.get(owner)
-    if holds and head is not None and owner != job.key:
-        # Only the held room could take it: free once the head of the line has run there.
-        runtime = max(declared_runtime(p) or o.default_runtime for p in head.members)
-        return max(until - o.now, 0.0) + runtime
-    return None
+    return (owner, until, tuple(sorted(holds.items())))
+
+
+def _ending(o: Outlook, snapshot: Snapshot) -> Ending:
+    """``ending`` of the pods on ``snapshot.view`` (the session's view with or without the
+    holds), kept while the cache is unchanged."""
+    key = ("ending", _view_key(o, snapshot.view))
+
+    def make() -> Ending:
+        return ending(snapshot, now=o.now, default_runtime=o.default_runtime,
+                      planned_start_now=True)  # fmt: skip
+
+    found = o.kept.get(o.session.snapshot, key, make)
+    return found if found.timeless else make()
+
+
+def _admitted_at(o: Outlook, job: Job) -> float | None:
+    """When ``job``'s queue admits it, once pods counted against queues (holding a node,
+    binding or planned) have run for their runtimes; None: not even with all of them gone."""
+    queue = _queue_of(o, job)
+    demand = demand_of(job.core)
+    snapshot = o.session.snapshot
+    releases = []
+    for uid, pod in snapshot.pods.items():
+        if pod.terminal or not (snapshot.holds_node(pod) or uid in snapshot.reserved):
+            continue
+        name = queue_name(pod, o.config, o.scheduler_name)
+        if name is None or name not in o.config.queues:
+            continue
+        started = pod.started or snapshot.bound_at.get(uid, o.now)
+        releases.append((expected_end(pod, started, o.default_runtime), name, pod.requests))
+    releases.sort(key=lambda r: r[0])
+    # Usage after the first k releases, per leaf queue, as running sums (admit is monotone in
+    # what is released, so the first k that admits is found by bisection).
+    amounts = np.asarray([r[2] for r in releases], np.int64).reshape(-1, len(RESOURCE_NAMES))
+    leaves = np.asarray([r[1] for r in releases], dtype=object)
+    sums = {q: np.cumsum(amounts * (leaves == q)[:, None], axis=0) for q in set(leaves.tolist())}
+
+    def admitted(k: int) -> bool:
+        if not k:
+            return admit(o.usage, queue, demand).ok
+        used = {name: amount.copy() for name, amount in o.usage.used.items()}
+        usage = replace(o.usage, used=used)
+        for q, running in sums.items():
+            usage.add(q, -running[k - 1])
+        return admit(usage, queue, demand).ok
+
+    if not admitted(len(releases)):
+        return None
+    low, high = 0, len(releases)
+    while low < high:
+        mid = (low + high) // 2
+        if admitted(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return max(o.now, releases[low - 1][0]) if low else o.now
 
 
 # -- fixes ----------------------------------------------------------------------------------
@@ -707,14 +901,37 @@ def _shape_fixes(o: Outlook, view: NodeView, job: Job) -> list[Fix]:
 
 
 def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
-    snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
+    """The lowest priority (of six tried) that would evict some running units for ``job``;
+    kept per shape of job while the cache and the running units are unchanged."""
+    units, since = _units(o)
+    shape = tuple((p.requests, constraint_of(p), p.priority) for p in job.core)
+    key = ("priority fix", since, queue, shape)
+    return o.kept.get(o.session.snapshot, key, lambda: _find_priority_fix(o, job, queue, units))
+
+
+def _units(o: Outlook) -> tuple[list[Unit], float]:
+    """The running units that could be evicted (``running_units``), kept while the cache is
+    unchanged and no protected unit has come of age; and when they were found."""
+    snapshot = o.session.snapshot
+    key = ("units", id(o.config))
+    kept = o.kept.get(snapshot, key, lambda: None)
+    if isinstance(kept, tuple) and kept[0] <= o.now < kept[1]:
+        return cast(list[Unit], kept[2]), kept[0]
+    young: list[float] = []
     units = running_units(
-        snapshot,
-        gangs_of(snapshot),
-        lambda p: queue_name(p, o.config, o.scheduler_name),
+        replace(snapshot, view=o.session.backfill_view()),
+        dict(o.gangs),
+        lambda p: o.queue_names.of(p, o.config) or None,
         now=o.now,
         protection=o.protection,
+        protected_until=young,
     )
+    o.kept.put(snapshot, key, (o.now, min(young, default=math.inf), units))
+    return units, o.now
+
+
+def _find_priority_fix(o: Outlook, job: Job, queue: str, units: list[Unit]) -> list[Fix]:
+    snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
     mine = max(p.priority for p in job.core)
     for priority in sorted({u.priority + 1 for u in units if u.priority >= mine})[:6]:
         core = [replace(p, priority=priority) for p in job.core]
@@ -722,7 +939,7 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
             snapshot,
             job.key,
             core,
-            units,
+            _focus(snapshot, core, units, priority, o.strategy),
             usage=o.usage,
             queue=queue or o.config.default_queue,
             config=o.config,
@@ -733,6 +950,23 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
             names = ", ".join(sorted({u.key for u in room.victims}))
             return [Fix(f"priority ≥ {priority}", f"it would evict {names} and start", 6)]
     return []
+
+
+def _focus(
+    snapshot: Snapshot, core: Sequence[Pod], units: Sequence[Unit], priority: int, strategy: str
+) -> list[Unit]:
+    """The units worth searching for victims: all of them when few, else those on the nodes
+    ``core`` takes once every unit below ``priority`` is gone. (The planner's search weighs
+    thousands of running pods one by one, seconds on a big cluster; a fix needs one way that
+    works, and ``make_room`` still checks it.)"""
+    lower = [u for u in units if u.priority < priority]
+    if len(lower) <= FOCUS_UNITS:
+        return list(units)
+    placed = allocate(freed(snapshot, lower), core, strategy=strategy)
+    if not placed.complete:
+        return list(units)
+    nodes = set(placed.placed.values())
+    return [u for u in units if any(snapshot.placement.get(p.uid) in nodes for p in u.pods)]
 
 
 def _gpus_text(amount: np.ndarray) -> str:

@@ -8,6 +8,7 @@ whether waiting work would finish before a reservation starts (backfill).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from app.core.model import labels
 from app.core.model.values import Pod
@@ -16,6 +17,7 @@ EXPECTED_RUNTIME = "muster.io/expected-runtime"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
+@lru_cache(maxsize=4096)  # a handful of distinct values, read for every running pod
 def parse_duration(text: str) -> float | None:
     """Seconds in ``text``, or ``None`` if it is not a positive duration."""
     text = text.strip()
