@@ -65,6 +65,10 @@ __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_
 #: Why a member waits when its gang has no plan and a cycle is running in another thread.
 BUSY = "waiting for the planner (a planning cycle is under way)"
 
+#: Seconds after which a planned member that has not reached filter since its nudge is
+#: nudged again (see ``Planner.to_nudge``).
+RENUDGE = 1.0
+
 
 class Planner:
     """Holds plans and runs cycles; thread-safe (one lock, cycles are short)."""
@@ -124,6 +128,9 @@ class Planner:
         self._queue_names = QueueNames(scheduler_name)
         self._failed = FailedPlacements()
         self._demand = DemandMemo()
+        #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
+        self._nudged_at: dict[str, float] = {}
+        self._asked: dict[str, float] = {}
         self._lowest: tuple[int, int | None] | None = None
         self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
         # Gangs whose members' keys and group object disagree (last cycle), and what of that
@@ -166,6 +173,7 @@ class Planner:
         spec = gang_spec(pod)
         if spec is None:
             return Verdict()
+        self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
         plan = self._plans.get(spec.key)
         if plan is None or pod.uid not in plan.members:
             with self._held(False) as held:
@@ -340,18 +348,34 @@ class Planner:
             return out
 
     def to_nudge(self) -> list[tuple[str, Pod]]:
-        """Planned members not yet nudged (so kube-scheduler retries them now); marks them."""
+        """Planned members not yet nudged (so kube-scheduler retries them now); marks them.
+
+        A nudge can be lost: kube-scheduler may be trying the pod when it arrives, and the
+        try fails (a new leader nudges before the Service routes to it). A member that has
+        not reached filter ``RENUDGE`` seconds after its nudge is nudged again."""
         with self._lock:
             snapshot = self._cache.snapshot()
+            now = self._clock()
             out = []
+            planned: set[str] = set()
             for plan in self._plans.values():
+                planned.update(plan.members)
                 if plan.victims and self._victims_left(plan):
                     continue  # nudged once the victims are gone
                 for uid in plan.members:
                     pod = snapshot.pods.get(uid)
-                    if uid not in plan.nudged and pod is not None and not snapshot.holds_node(pod):
-                        plan.nudged.add(uid)
-                        out.append((plan.gang, pod))
+                    if pod is None or snapshot.holds_node(pod):
+                        continue
+                    if uid in plan.nudged:
+                        when = self._nudged_at.get(uid, now)
+                        if now - when < RENUDGE or self._asked.get(uid, -1.0) >= when:
+                            continue
+                    plan.nudged.add(uid)
+                    self._nudged_at[uid] = now
+                    out.append((plan.gang, pod))
+            for uid in [u for u in self._nudged_at if u not in planned]:
+                del self._nudged_at[uid]
+                self._asked.pop(uid, None)
             return out
 
     def take_evictions(self) -> list[Eviction]:
@@ -409,6 +433,7 @@ class Planner:
                     plan.recorded[uid] = text
                     if not waiting:
                         plan.nudged.add(uid)
+                        self._nudged_at[uid] = self._clock()
                     out.append((pod, text))
             return out
 
