@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
+from app.api.forward import ForwardToLeader
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -50,4 +51,6 @@ def create_app(
     for module in (extender, webhook, debug, overview, explain, health, metrics, ui):
         app.include_router(module.router)
     app.include_router(explain.whatif_router)
+    if services.election is not None:
+        app.add_middleware(ForwardToLeader, services=lambda: services)
     return app

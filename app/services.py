@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,7 +23,7 @@ from app.core.insight.explain import GangLines
 from app.core.insight.shares import ShareHistory, ShareSampler
 from app.core.model.clusterfile import load_cluster_file
 from app.core.model.errors import MusterError
-from app.core.model.labels import HOLD_RECORD
+from app.core.model.labels import HOLD_RECORD, LEADER_ENDPOINT
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
 from app.core.state.journal import Journal
@@ -48,6 +48,7 @@ class Election(Protocol):
     def start(self) -> None: ...
     def stop(self, timeout: float = 5.0) -> None: ...
     def stats(self) -> dict[str, object]: ...
+    def leader_annotations(self) -> Mapping[str, str] | None: ...
 
 
 @dataclass
@@ -83,6 +84,14 @@ class Services:
     def leading(self) -> bool:
         """Whether this replica may serve the extender verbs and decide now."""
         return self.leadership is None or self.leadership.leading
+
+    @property
+    def leader_url(self) -> str | None:
+        """Where the leader (another replica) serves the verbs; None if unknown."""
+        if self.election is None:
+            return None
+        annotations = self.election.leader_annotations()
+        return (annotations or {}).get(LEADER_ENDPOINT) or None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode), the election and the planner's loop."""
@@ -187,5 +196,8 @@ def _elector(settings: Settings, api: Any, cache: ClusterCache, graph: Callable[
         can_lead=lambda: cache.synced,
         on_started=lambda annotations: graph().leadership.take_over(annotations),
         on_stopped=lambda: graph().leadership.step_down(),
-        annotations=lambda: {HOLD_RECORD: graph().planner.hold_record()},
+        annotations=lambda: {
+            HOLD_RECORD: graph().planner.hold_record(),
+            LEADER_ENDPOINT: settings.advertise_url,
+        },
     )

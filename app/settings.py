@@ -79,6 +79,9 @@ class Settings:
     lease_duration_seconds: float = 3.0
     renew_deadline_seconds: float = 2.0
     retry_period_seconds: float = 0.5
+    #: The URL other replicas reach this one's extender verbs at (published on the Lease
+    #: while it leads; followers forward the verbs there).
+    advertise_url: str = ""
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

@@ -7,10 +7,11 @@ Usage::
 
 Runs the e2e control plane (etcd + kube-apiserver + kube-scheduler 1.20, tests/e2e), two real
 ``muster serve --leader-elect`` processes and a loopback proxy playing the Service (it routes
-new connections to the replica whose ``/readyz`` answers, polled every 100 ms). Each round
+new connections round robin to the replicas whose ``/readyz`` answers, polled every 100 ms;
+the follower forwards the verbs to the leader). Each round
 SIGKILLs the leader, at once creates a 4-pod gang (1 GPU each), and times:
 
-* **ready**: when the other replica reports ready (it won the Lease and took over);
+* **leads**: when the other replica reports itself leader (it won the Lease and took over);
 * **first bind** and **whole**: when the watch sees the first / last member bound.
 
 The killed replica then rejoins as a follower, and the roles swap every round. The baseline,
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 other = next(x for x in ha.replicas if x is not dead)
                 for body in gang(f"kill{r}", ns):
                     ha.core.create_namespaced_pod(ns, body)
-                wait_for(other.ready, 60, "the follower to take over", 0.01)
+                wait_for(other.leads, 60, "the follower to take over", 0.01)
                 ready = time.monotonic() - killed
                 members = [f"kill{r}-{i}" for i in range(SIZE)]
                 wait_for(lambda m=members: all(x in seen.current for x in m), 120, "the gang")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.lease_duration:g}s, renew deadline {args.renew_deadline:g}s, retry "
         f"{args.retry_period:g}s; gang of {SIZE} x 1 GPU created right after the kill)"
     )
-    print(f"{'killed':<10} {'new leader':<11} {'ready':>7} {'first bind':>11} {'whole':>7}")
+    print(f"{'killed':<10} {'new leader':<11} {'leads':>7} {'first bind':>11} {'whole':>7}")
     for killed_id, new_id, ready_s, first, last in rows:
         print(f"{killed_id:<10} {new_id:<11} {ready_s:>6.2f}s {first:>10.2f}s {last:>6.2f}s")
     firsts = [r[3] for r in rows]

@@ -16,16 +16,17 @@ def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="Readiness: the cache is complete and this replica leads",
-    responses={503: {"description": "Not synced yet, or a follower (leader election)"}},
+    summary="Readiness: the cache holds a complete picture of the cluster",
+    responses={503: {"description": "The cache has not synced yet"}},
 )
 def readyz(request: Request) -> JSONResponse:
-    """200 once the cache has synced (initial list done, or cluster file loaded) and, with
-    leader election, this replica leads; else 503. The Service thus sends kube-scheduler to
-    the leader only; followers keep their cache warm and are ready to take over."""
+    """200 once the cache has synced (initial list done, or cluster file loaded), else 503.
+
+    With leader election, followers are ready too: they forward the extender verbs to the
+    leader (``app.api.forward``); ``role`` and ``election`` say who leads."""
     services = request.app.state.muster
     cache = services.cache
-    ready = cache.synced and services.leading
+    ready = cache.synced
     body: dict[str, object] = {
         "ready": ready,
         "mode": services.settings.describe(),
@@ -34,6 +35,7 @@ def readyz(request: Request) -> JSONResponse:
     }
     if services.leadership is not None and services.leadership.elected:
         body["role"] = services.leadership.role
+        body["leader"] = services.leader_url
     if services.election is not None:
         body["election"] = services.election.stats()
     return JSONResponse(body, status_code=200 if ready else 503)

@@ -111,6 +111,18 @@ class LeaseElector:
             self._leading and renewed is not None and self._clock() - renewed < self.renew_deadline
         )
 
+    def leader_annotations(self) -> Mapping[str, str] | None:
+        """The annotations of the Lease as the current holder (another replica) last wrote
+        them, while its lease runs; None when this replica holds it or nobody does."""
+        record = self._record
+        if record is None or self._leading:
+            return None
+        holder = (record.get("spec") or {}).get("holderIdentity")
+        if not holder or holder == self.identity or self._expired(record):
+            return None
+        annotations: Mapping[str, str] = record.get("metadata", {}).get("annotations") or {}
+        return annotations
+
     def stats(self) -> dict[str, object]:
         """The election's state, for ``/debug`` and ``/readyz``."""
         return {

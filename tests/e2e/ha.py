@@ -2,8 +2,9 @@
 
 ``MusterProcess`` runs ``muster serve --leader-elect`` as a real subprocess (so SIGKILL is
 real). ``ServiceProxy`` plays the Kubernetes Service in front of them: a loopback TCP proxy
-that sends each new connection to a replica whose ``/readyz`` answers 200, as kube-proxy
-sends it to a ready endpoint; with none ready the connection is refused (closed at once).
+that sends each new connection to the next replica whose ``/readyz`` answers 200 (round
+robin), as kube-proxy picks a ready endpoint; with none ready the connection is refused
+(closed at once). Followers are ready too and forward the verbs to the leader.
 ``HaCluster`` puts it all together: control plane, two replicas, the proxy and
 kube-scheduler 1.20 using the proxy as its extender URL. Used by test_ha_e2e.py and
 scripts/bench_takeover.py.
@@ -66,6 +67,7 @@ class MusterProcess:
             "--leader-elect", "--identity", self.identity,
             "--muster-namespace", NAMESPACE,
             "--mirror-unresolvable", "--strategy", "binpack",
+            "--advertise-url", self.url,
             *self.extra,
         ]  # fmt: skip
         log = Path(self.cp.dir) / f"{self.identity}-{self.starts}.log"
@@ -90,8 +92,15 @@ class MusterProcess:
         return self.proc is not None and self.proc.exited() is None
 
     def ready(self) -> bool:
-        """Whether it reports ready (it leads)."""
+        """Whether it reports ready (its cache has synced)."""
         return self.alive and ready(self.url)
+
+    def leads(self) -> bool:
+        """Whether it is the leader (it won the Lease and took over)."""
+        try:
+            return self.alive and self.get("/debug/leadership")["role"] == "leader"
+        except (urllib.error.URLError, OSError):
+            return False
 
     def synced(self) -> bool:
         """Whether it runs and its cache has synced (leader or follower)."""
@@ -129,7 +138,8 @@ class ServiceProxy:
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
         self.url = f"http://{LOOPBACK}:{self.port}"
-        self._ready: MusterProcess | None = None
+        self._ready: list[MusterProcess] = []
+        self._next = 0
         self._stop = threading.Event()
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -158,13 +168,13 @@ class ServiceProxy:
             thread.join(5)
 
     @property
-    def endpoint(self) -> MusterProcess | None:
-        """The ready backend new connections go to (None: refused)."""
+    def endpoints(self) -> list[MusterProcess]:
+        """The ready backends new connections go to (none: refused)."""
         return self._ready
 
     def _poll(self) -> None:
         while not self._stop.wait(READY_POLL):
-            self._ready = next((b for b in self.backends if b.ready()), None)
+            self._ready = [b for b in self.backends if b.ready()]
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -172,7 +182,9 @@ class ServiceProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            backend = self._ready
+            ready = self._ready
+            backend = ready[self._next % len(ready)] if ready else None
+            self._next += 1
             upstream = None
             if backend is not None:
                 try:
@@ -221,7 +233,7 @@ class HaCluster:
         for replica in self.replicas:
             replica.start()
         self.proxy.start()
-        wait_for(lambda: self.proxy.endpoint, 60, "a Muster replica to lead")
+        wait_for(self.leader, 60, "a Muster replica to lead")
         wait_for(self.followers_synced, 60, "the follower to sync")
         self.cp.start_scheduler(SCHEDULER_CONFIG.replace("MUSTER_URL", self.proxy.url + "/"))
 
@@ -238,8 +250,8 @@ class HaCluster:
         self.api.close()
 
     def leader(self) -> MusterProcess | None:
-        """The replica that reports ready (leads), if any."""
-        return next((r for r in self.replicas if r.ready()), None)
+        """The replica that leads, if any."""
+        return next((r for r in self.replicas if r.leads()), None)
 
     def kill_leader(self) -> MusterProcess:
         """SIGKILL the leader; returns it (dead)."""
@@ -247,11 +259,16 @@ class HaCluster:
         leader.kill()
         return leader
 
-    def lease_holder(self) -> str:
-        lease = kubernetes.client.CoordinationV1Api(self.api).read_namespaced_lease(
+    def lease(self) -> Any:
+        return kubernetes.client.CoordinationV1Api(self.api).read_namespaced_lease(
             "muster-leader", NAMESPACE
         )
-        return str(lease.spec.holder_identity or "")
+
+    def lease_holder(self) -> str:
+        return str(self.lease().spec.holder_identity or "")
+
+    def lease_annotations(self) -> dict[str, str]:
+        return dict(self.lease().metadata.annotations or {})
 
 
 @contextlib.contextmanager

@@ -27,9 +27,22 @@ PLAN = "muster.io/plan"
 
 
 @pytest.fixture(scope="module")
-def ha() -> Iterator[HaCluster]:
-    with ha_cluster() as cluster:
-        yield cluster
+def cluster() -> Iterator[HaCluster]:
+    with ha_cluster() as running:
+        yield running
+
+
+@pytest.fixture
+def ha(cluster: HaCluster, request: pytest.FixtureRequest) -> Iterator[HaCluster]:
+    """The shared cluster; every pod a test leaves behind is deleted after it, so that no
+    test's leftovers (a waiting gang is first in line) change the next one."""
+    yield cluster
+    for ns in cluster.core.list_namespace().items:
+        name = ns.metadata.name
+        if name.startswith("kube-") or name in ("default", "muster-system"):
+            continue
+        for pod in cluster.core.list_namespaced_pod(name).items:
+            delete_now(cluster.core, name, pod.metadata.name)
 
 
 def gang(
@@ -120,6 +133,8 @@ def test_the_follower_takes_over_after_the_leader_is_killed(ha: HaCluster) -> No
         rejoin(ha, dead)
     assert max(seen.max_gpus[n] for n in names) <= 8
     assert device_conflicts(ha.core, ns) == []
+    # The Service sent kube-scheduler to both replicas; the follower forwarded to the leader.
+    assert set(ha.proxy.routed) == {"muster-a", "muster-b"}
 
 
 def record_of(ha: HaCluster, ns: str, name: str) -> dict[str, Any]:
@@ -306,6 +321,8 @@ def test_a_head_of_line_hold_survives_a_kill(ha: HaCluster) -> None:
             return held if held and held["owner"] == "hold/big" else None
 
         before = wait_for(hold, 60, "the hold for the big gang")
+        wait_for(lambda: "hold/big" in ha.lease_annotations().get("muster.io/hold", ""), 10,
+                 "the leader's next renewal to carry the hold on the Lease")  # fmt: skip
         dead = ha.kill_leader()
         assert "hold/big: head-of-line hold on hold-0" in carried(ha)
         after = wait_for(hold, 10, "the hold after the takeover")

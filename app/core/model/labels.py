@@ -35,6 +35,8 @@ TOPOLOGY_PREFERRED = "muster.io/topology-preferred"
 PLAN_RECORD = "muster.io/plan"
 #: The head-of-line hold in force, on the leader's Lease (``app.core.cycle.records``).
 HOLD_RECORD = "muster.io/hold"
+#: Where the leader serves the extender verbs, on its Lease (followers forward to it).
+LEADER_ENDPOINT = "muster.io/endpoint"
 
 # -- other schedulers' conventions -----------------------------------------------------
 #: (group-name key, min-member key or None), in the order they are consulted.
