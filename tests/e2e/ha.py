@@ -128,28 +128,32 @@ class MusterProcess:
 
 
 class ServiceProxy:
-    """A loopback TCP proxy to whichever backend is ready (see module)."""
+    """A loopback TCP proxy to the ready backends (see module). Like a Service without ready
+    endpoints, it refuses connections while no backend is ready: it stops listening."""
 
     def __init__(self, backends: list[MusterProcess]) -> None:
         self.backends = backends
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((LOOPBACK, 0))
-        self._listener.listen(64)
-        self.port = self._listener.getsockname()[1]
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._listen()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self._ready: list[MusterProcess] = []
         self._next = 0
         self._stop = threading.Event()
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._poll, daemon=True),
-            threading.Thread(target=self._accept, daemon=True),
-        ]
-        self.refused = 0
+        self._threads = [threading.Thread(target=self._poll, daemon=True)]
         #: identity -> connections routed to it
         self.routed: dict[str, int] = {}
+
+    def _listen(self) -> socket.socket:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((LOOPBACK, self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        return listener
 
     def start(self) -> ServiceProxy:
         for thread in self._threads:
@@ -158,14 +162,21 @@ class ServiceProxy:
 
     def stop(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self._listener.close()
+        for thread in list(self._threads):
+            thread.join(5)
+        self._close_listener()
         with self._lock:
             for sock in list(self._sockets):
                 with contextlib.suppress(OSError):
                     sock.close()
-        for thread in self._threads:
-            thread.join(5)
+
+    def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                listener.close()
 
     @property
     def endpoints(self) -> list[MusterProcess]:
@@ -175,11 +186,18 @@ class ServiceProxy:
     def _poll(self) -> None:
         while not self._stop.wait(READY_POLL):
             self._ready = [b for b in self.backends if b.ready()]
+            if not self._ready:
+                self._close_listener()
+            elif self._listener is None or not any(t.is_alive() for t in self._threads[1:]):
+                listener = self._listener or self._listen()
+                thread = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+                self._threads.append(thread)
+                thread.start()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._stop.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             ready = self._ready
@@ -193,7 +211,6 @@ class ServiceProxy:
                 except OSError:
                     upstream = None
             if upstream is None or backend is None:
-                self.refused += 1
                 client.close()
                 continue
             self.routed[backend.identity] = self.routed.get(backend.identity, 0) + 1

@@ -338,6 +338,32 @@ def test_a_head_of_line_hold_survives_a_kill(ha: HaCluster) -> None:
     assert device_conflicts(ha.core, ns) == []
 
 
+def test_while_no_replica_runs_pods_wait_and_bind_once_one_is_back(ha: HaCluster) -> None:
+    """Both replicas down (the Service has no ready endpoint): kube-scheduler cannot reach
+    the extender, records FailedScheduling, and the pods wait; they bind once Muster is back.
+    The event text is what README "Operating Muster safely" quotes."""
+    ns = make_namespace(ha.core, "down")
+    nodes(ha, "down", 1)
+    with BindingWatch(ha.core, ns) as seen:
+        for replica in ha.replicas:
+            replica.kill()
+        create(ha.core, ns, gang("wait", 2, ns, "down"))
+        # The first try may still use a kept-alive connection to a killed replica ("connection
+        # reset by peer"); every later one finds no endpoint.
+        message = wait_for(
+            lambda: next((m for m in refusals(ha, ns, "wait-0") if "refused" in m), None),
+            60,
+            "kube-scheduler's event",
+        )
+        print(f"\nFailedScheduling while Muster is down: {message}")
+        assert "/filter" in message and "connect: connection refused" in message, message
+        assert bound_count(seen, "wait", 2) == 0
+        for replica in ha.replicas:
+            replica.start()
+        wait_for(lambda: whole(seen, "wait", 2), 90, "the gang to bind once Muster is back")
+        wait_for(lambda: all(r.synced() for r in ha.replicas), 60, "both replicas")
+
+
 def test_the_contention_workload_finishes_every_job_whole_with_two_kills(ha: HaCluster) -> None:
     """20 nodes x 8 GPUs, sixty 8-pod gangs of 1-GPU pods (3x capacity, shuffled), a fake
     kubelet running each job 3 s; the leader is SIGKILLed after a third and after two thirds
