@@ -23,10 +23,12 @@ def readyz(request: Request) -> JSONResponse:
     """200 once the cache has synced (initial list done, or cluster file loaded), else 503.
 
     With leader election, followers are ready too: they forward the extender verbs to the
-    leader (``app.api.forward``); ``role`` and ``election`` say who leads."""
+    leader (``app.api.forward``); ``role`` and ``election`` say who leads. A single replica
+    is ready once it has also carried on from the plan records (``Leadership``)."""
     services = request.app.state.muster
     cache = services.cache
-    ready = cache.synced
+    elected = services.leadership is not None and services.leadership.elected
+    ready = cache.synced and (elected or services.leading)
     body: dict[str, object] = {
         "ready": ready,
         "mode": services.settings.describe(),

@@ -209,3 +209,18 @@ def test_the_hold_on_the_lease_is_put_back_before_any_decision() -> None:
     notes = new.leadership.take_over(lease)
     assert notes[-1].startswith("default/big: head-of-line hold on ")
     assert new.cache.holds[0] == owner and new.cache.holds[1] == holds
+
+
+def test_a_single_replica_restarted_carries_on_by_itself_once_synced() -> None:
+    nodes = [node("n0", gpus=8), node("n1", gpus=8)]
+    old, first = planned(nodes, members("g", 4, gpu=2), "default/g")
+    cache = build_cache(SETTINGS)
+    cache.upsert_nodes(nodes)
+    cache.upsert_pods(crash(old))
+    restarted = build_graph(SETTINGS, cache, InMemoryGateway(cache))  # no election
+    assert not restarted.leadership.leading  # the watch has not listed everything yet
+    cache.mark_synced()
+    assert restarted.leadership.leading and restarted.leadership.role == "leader"
+    assert restarted.leadership.carried == [f"default/g: plan {first.id} carried on (4 members)"]
+    plan = restarted.planner.plan("default/g")
+    assert plan is not None and plan.members == first.members and plan.devices == first.devices

@@ -10,8 +10,10 @@ asserted (scripts/bench_takeover.py measures the takeover).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -364,6 +366,39 @@ def test_while_no_replica_runs_pods_wait_and_bind_once_one_is_back(ha: HaCluster
         wait_for(lambda: all(r.synced() for r in ha.replicas), 60, "both replicas")
 
 
+class JobController:
+    """What a Job controller does for the test's bare pods: a job that has not started gets
+    back every member pod that disappeared (a gang rolled back by deleting its bound
+    members). Counts the pods it recreated."""
+
+    def __init__(self, ha: HaCluster, ns: str, kubelet: FakeKubelet, pods: dict[str, Any]) -> None:
+        self.ha, self.ns, self.kubelet, self.pods = ha, ns, kubelet, pods
+        self.recreated = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            live = {p.metadata.name for p in self.ha.core.list_namespaced_pod(self.ns).items}
+            busy = self.kubelet.started.keys() | self.kubelet.finished
+            for name, body in self.pods.items():
+                if name not in live and body["metadata"]["labels"]["job"] not in busy:
+                    try:
+                        self.ha.core.create_namespaced_pod(self.ns, body)
+                        self.recreated += 1
+                    except kubernetes.client.ApiException as exc:
+                        if exc.status != 409:
+                            raise
+
+    def __enter__(self) -> JobController:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 def test_the_contention_workload_finishes_every_job_whole_with_two_kills(ha: HaCluster) -> None:
     """20 nodes x 8 GPUs, sixty 8-pod gangs of 1-GPU pods (3x capacity, shuffled), a fake
     kubelet running each job 3 s; the leader is SIGKILLed after a third and after two thirds
@@ -373,11 +408,18 @@ def test_the_contention_workload_finishes_every_job_whole_with_two_kills(ha: HaC
     jobs = {f"j{k:02d}": 8 for k in range(60)}
     order = [(job, i) for job in jobs for i in range(8)]
     random.Random(12).shuffle(order)
+    bodies = {f"{job}-{i}": gang(job, 8, ns, "contend")[i] for job, i in order}
     started = time.monotonic()
     kills = []
-    with BindingWatch(ha.core, ns) as seen, FakeKubelet(ha.core, ns, jobs, runtime=3.0) as kubelet:
-        for job, i in order:
-            ha.core.create_namespaced_pod(ns, gang(job, 8, ns, "contend")[i])
+    with (
+        contextlib.ExitStack() as stack,
+        BindingWatch(ha.core, ns) as seen,
+        FakeKubelet(ha.core, ns, jobs, runtime=3.0) as kubelet,
+    ):
+        for name in bodies:
+            ha.core.create_namespaced_pod(ns, bodies[name])
+        controller = JobController(ha, ns, kubelet, bodies)
+        stack.enter_context(controller)
         for third in (20, 40):
             wait_for(lambda t=third: len(kubelet.finished) >= t or kubelet.error, 300, "jobs")
             dead = ha.kill_leader()
@@ -385,11 +427,13 @@ def test_the_contention_workload_finishes_every_job_whole_with_two_kills(ha: HaC
             wait_for(ha.leader, 30, "the follower to take over")
             rejoin(ha, dead)
         wait_for(lambda: kubelet.finished == set(jobs) or kubelet.error, 300, "every job")
+        stack.close()
         assert kubelet.error is None, kubelet.error
     took = time.monotonic() - started
     print(
         f"\ncontention with kills at {kills[0]:.0f}s and {kills[1]:.0f}s: "
-        f"{len(jobs)} jobs finished whole in {took:.0f}s"
+        f"{len(jobs)} jobs finished whole in {took:.0f}s "
+        f"({controller.recreated} pods of rolled-back gangs recreated)"
     )
     assert kubelet.partial_starts == []
     for job in jobs:

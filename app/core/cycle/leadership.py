@@ -10,6 +10,9 @@ and decides nothing more.
 ``leading`` is checked before every decision. It also asks the lease itself (``lease_held``)
 so that a replica whose renewals stall stops deciding by its renew deadline, before another
 replica may take the Lease over.
+
+A single replica (no election) takes over by itself the first time it is asked once its cache
+has synced: restarted after a crash, it carries on from the records just the same.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ log = logging.getLogger("muster.leadership")
 class Leadership:
     """Whether this replica decides now.
 
-    Without ``lease_held`` (one replica, standalone mode, the simulator) it always leads.
+    Without ``lease_held`` (one replica, standalone mode, the simulator) it leads once it has
+    taken over, which it does by itself as soon as the cache has synced.
     """
 
     def __init__(
@@ -42,7 +46,7 @@ class Leadership:
         self._cache = cache
         self._lease_held = lease_held
         self._lock = threading.Lock()
-        self._took_over = lease_held is None
+        self._took_over = False
         self.takeovers = 0
         #: What the last takeover carried on, one line each (for /debug and the log).
         self.carried: list[str] = []
@@ -55,7 +59,11 @@ class Leadership:
     @property
     def leading(self) -> bool:
         """Whether this replica may decide now: it holds the Lease and has taken over."""
-        return self._took_over and (self._lease_held is None or self._lease_held())
+        if self._lease_held is None:
+            if not self._took_over and self._cache.synced:
+                self.take_over({})
+            return self._took_over
+        return self._took_over and self._lease_held()
 
     @property
     def role(self) -> str:
@@ -71,6 +79,8 @@ class Leadership:
         ``lease_annotations`` are the Lease's annotations as the previous leader left them.
         """
         with self._lock:
+            if self._took_over and self._lease_held is None:
+                return self.carried  # a single replica takes over once
             hold = decode_hold(lease_annotations.get(HOLD_RECORD, ""))
             records = plans_from(self._cache.snapshot().pods.values())
             self.carried = self._planner.restore(records, hold)
