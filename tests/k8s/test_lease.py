@@ -98,13 +98,19 @@ def elector(store: FakeLeases, clock: Clock, identity: str, **kwargs: Any) -> Le
     return e
 
 
-def test_one_replica_wins_and_the_other_takes_over_only_once_the_lease_ran_out(
-    store: FakeLeases,
-) -> None:
+def pair(store: FakeLeases) -> tuple[Clock, LeaseElector, LeaseElector]:
+    """Replicas ``a`` and ``b`` after one round each: ``a`` holds the Lease."""
     clock = Clock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     a._step()
     b._step()
+    return clock, a, b
+
+
+def test_one_replica_wins_and_the_other_takes_over_only_once_the_lease_ran_out(
+    store: FakeLeases,
+) -> None:
+    clock, a, b = pair(store)
     assert a.held and not b.held and a.started == [{}] and b.started == []
     assert b.leader_annotations() == {"muster.io/endpoint": "http://a:8888"}
     for _ in range(10):  # a renews every retry period: b never gets it
@@ -145,10 +151,7 @@ def test_a_leader_that_cannot_renew_stops_deciding_at_its_renew_deadline(
 def test_a_stopped_leader_releases_and_the_follower_takes_over_at_once(
     store: FakeLeases,
 ) -> None:
-    clock = Clock()
-    a, b = elector(store, clock, "a"), elector(store, clock, "b")
-    a._step()
-    b._step()
+    clock, a, b = pair(store)
     a._leading = True
     a.stop()
     assert store.lease["spec"].get("holderIdentity") is None  # type: ignore[index]
@@ -161,10 +164,7 @@ def test_a_stopped_leader_releases_and_the_follower_takes_over_at_once(
 def test_a_write_based_on_a_stale_read_loses(store: FakeLeases) -> None:
     """b decides from what it read that a's Lease ran out, but a renews in between: b's
     write carries the old resourceVersion and is refused; a keeps the Lease."""
-    clock = Clock()
-    a, b = elector(store, clock, "a"), elector(store, clock, "b")
-    a._step()
-    b._step()
+    clock, a, b = pair(store)
     clock.now += 3.5  # by b's clock, a's record has not changed for the lease duration
     replace = store.replace_namespaced_lease
 
