@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
-from app.api.forward import ForwardToLeader
+from app.api.forward import ForwardToLeader, client_for_forwarding
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -34,10 +34,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services.start()
+        if services.election is not None:
+            app.state.forwarder = client_for_forwarding()
         try:
             yield
         finally:
             services.stop()
+            if services.election is not None:
+                await app.state.forwarder.aclose()
 
     app = FastAPI(
         title="Muster",
