@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -309,11 +308,3 @@ def ha_cluster(*extra: str) -> Iterator[HaCluster]:
 
 def _not_logs(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if not n.endswith(".log") and not Path(folder, n).is_dir()]
-
-
-def wait_until(deadline_s: float, poll: float = 0.02) -> Iterator[float]:
-    """Yield the time left every ``poll`` seconds until ``deadline_s`` passes."""
-    end = time.monotonic() + deadline_s
-    while (left := end - time.monotonic()) > 0:
-        yield left
-        time.sleep(poll)

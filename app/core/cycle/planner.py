@@ -488,6 +488,9 @@ class Planner:
             plans: dict[str, Plan] = {}
             notes: list[str] = []
             for gang, record in sorted(records.items()):
+                members = [snapshot.pods.get(u) for u in record.members]
+                if all(p is None or p.terminal or snapshot.holds_node(p) for p in members):
+                    continue  # fulfilled (or gone): nothing to carry on
                 plan = self._restored(record, snapshot, now, wall)
                 if plan is None:
                     notes.append(f"{gang}: plan {record.id} is over; planned anew")
