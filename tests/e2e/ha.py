@@ -178,6 +178,11 @@ class ServiceProxy:
                 listener.close()
 
     @property
+    def refusing(self) -> bool:
+        """Whether it refuses connections now (no ready backend: not listening)."""
+        return self._listener is None
+
+    @property
     def endpoints(self) -> list[MusterProcess]:
         """The ready backends new connections go to (none: refused)."""
         return self._ready

@@ -349,19 +349,20 @@ def test_while_no_replica_runs_pods_wait_and_bind_once_one_is_back(ha: HaCluster
     with BindingWatch(ha.core, ns) as seen:
         for replica in ha.replicas:
             replica.kill()
-        create(ha.core, ns, gang("wait", 2, ns, "down"))
-        # The first try may still use a kept-alive connection to a killed replica ("connection
-        # reset by peer"); every later one finds no endpoint.
-        message = wait_for(
-            lambda: next((m for m in refusals(ha, ns, "wait-0") if "refused" in m), None),
-            60,
-            "kube-scheduler's event",
-        )
-        print(f"\nFailedScheduling while Muster is down: {message}")
-        assert "/filter" in message and "connect: connection refused" in message, message
-        assert bound_count(seen, "wait", 2) == 0
-        for replica in ha.replicas:
-            replica.start()
+        try:
+            wait_for(lambda: ha.proxy.refusing, 10, "the Service to have no ready endpoint")
+            create(ha.core, ns, gang("wait", 2, ns, "down"))
+            message = wait_for(
+                lambda: next((m for m in refusals(ha, ns, "wait-0") if "refused" in m), None),
+                60,
+                "kube-scheduler's event",
+            )
+            print(f"\nFailedScheduling while Muster is down: {message}")
+            assert "/filter" in message and "connect: connection refused" in message, message
+            assert bound_count(seen, "wait", 2) == 0
+        finally:
+            for replica in ha.replicas:
+                replica.start()
         wait_for(lambda: whole(seen, "wait", 2), 90, "the gang to bind once Muster is back")
         wait_for(lambda: all(r.synced() for r in ha.replicas), 60, "both replicas")
 
