@@ -46,10 +46,12 @@ def ready(url: str) -> bool:
 
 
 class MusterProcess:
-    """``muster serve`` in cluster mode with leader election, as a child process."""
+    """``muster serve`` in cluster mode (with leader election unless ``elect`` is false), as
+    a child process."""
 
-    def __init__(self, cp: ControlPlane, identity: str, *extra: str) -> None:
+    def __init__(self, cp: ControlPlane, identity: str, *extra: str, elect: bool = True) -> None:
         self.cp, self.identity, self.extra = cp, identity, extra
+        self.elect = elect
         (self.port,) = free_ports(1)
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.proc: _Process | None = None
@@ -63,7 +65,7 @@ class MusterProcess:
             sys.executable, "-m", "app.cli", "serve",
             "--kubeconfig", str(self.cp.kubeconfig),
             "--host", LOOPBACK, "--port", str(self.port),
-            "--leader-elect", "--identity", self.identity,
+            *(("--leader-elect", "--identity", self.identity) if self.elect else ()),
             "--muster-namespace", NAMESPACE,
             "--mirror-unresolvable", "--strategy", "binpack",
             "--advertise-url", self.url,
@@ -240,14 +242,17 @@ class ServiceProxy:
 
 
 class HaCluster:
-    """Control plane, replicas ``muster-a`` and ``muster-b``, the proxy, kube-scheduler."""
+    """Control plane, replicas ``muster-a`` and ``muster-b`` (by default), the proxy and
+    kube-scheduler."""
 
-    def __init__(self, cp: ControlPlane, *extra: str) -> None:
+    def __init__(
+        self, cp: ControlPlane, *extra: str, replicas: str = "ab", elect: bool = True
+    ) -> None:
         self.cp = cp
         self.api = cp.api_client()
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        self.replicas = [MusterProcess(cp, f"muster-{x}", *extra) for x in "ab"]
+        self.replicas = [MusterProcess(cp, f"muster-{x}", *extra, elect=elect) for x in replicas]
         self.proxy = ServiceProxy(self.replicas)
 
     def start(self) -> None:
@@ -293,12 +298,13 @@ class HaCluster:
 
 
 @contextlib.contextmanager
-def ha_cluster(*extra: str) -> Iterator[HaCluster]:
-    """A started ``HaCluster`` (``extra``: more ``muster serve`` flags), stopped after."""
+def ha_cluster(*extra: str, replicas: str = "ab", elect: bool = True) -> Iterator[HaCluster]:
+    """A started ``HaCluster`` (``extra``: more ``muster serve`` flags; ``replicas``: their
+    letters; ``elect``: with leader election), stopped after."""
     cp = ControlPlane()
     try:
         cp.start()
-        cluster = HaCluster(cp, *extra)
+        cluster = HaCluster(cp, *extra, replicas=replicas, elect=elect)
         try:
             cluster.start()
             yield cluster
