@@ -185,19 +185,22 @@ def _elector(settings: Settings, api: Any, cache: ClusterCache, graph: Callable[
     from app.k8s.lease import LeaseElector
 
     identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
-    return LeaseElector(
-        api,
-        namespace=settings.muster_namespace,
-        name=settings.lease_name,
-        identity=identity,
-        lease_duration=settings.lease_duration_seconds,
-        renew_deadline=settings.renew_deadline_seconds,
-        retry_period=settings.retry_period_seconds,
-        can_lead=lambda: cache.synced,
-        on_started=lambda annotations: graph().leadership.take_over(annotations),
-        on_stopped=lambda: graph().leadership.step_down(),
-        annotations=lambda: {
-            HOLD_RECORD: graph().planner.hold_record(),
-            LEADER_ENDPOINT: settings.advertise_url,
-        },
-    )
+    try:
+        return LeaseElector(
+            api,
+            namespace=settings.muster_namespace,
+            name=settings.lease_name,
+            identity=identity,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+            can_lead=lambda: cache.synced,
+            on_started=lambda annotations: graph().leadership.take_over(annotations),
+            on_stopped=lambda: graph().leadership.step_down(),
+            annotations=lambda: {
+                HOLD_RECORD: graph().planner.hold_record(),
+                LEADER_ENDPOINT: settings.advertise_url,
+            },
+        )
+    except ValueError as exc:  # the three durations out of order
+        raise MusterError(str(exc)) from exc
