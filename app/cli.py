@@ -40,6 +40,14 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "tls_key": Path(args.tls_key) if args.tls_key else None,
         "webhook_port": args.webhook_port,
         "topology_keys": args.topology_keys,
+        "leader_elect": args.leader_elect,
+        "lease_name": args.lease_name,
+        "identity": args.identity,
+        "lease_duration_seconds": args.lease_duration,
+        "renew_deadline_seconds": args.renew_deadline,
+        "retry_period_seconds": args.retry_period,
+        "advertise_url": args.advertise_url
+        or (f"http://{os.environ['POD_IP']}:{args.port}" if os.environ.get("POD_IP") else ""),
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -232,6 +240,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topology-keys", type=_label_keys, default=DEFAULT_KEYS, metavar="K1,K2,...",
                    help="node label keys of the network topology levels, broadest first "
                         "(default " + ",".join(DEFAULT_KEYS) + "; empty: no topology)")  # fmt: skip
+    s.add_argument("--leader-elect", action="store_true",
+                   help="cluster mode: several replicas elect a leader on a Lease; only the "
+                        "leader decides and reports ready")  # fmt: skip
+    s.add_argument("--lease-name", default="muster-leader",
+                   help="the Lease in --muster-namespace (default muster-leader)")  # fmt: skip
+    s.add_argument("--identity", default=os.environ.get("POD_NAME") or "",
+                   help="this replica on the Lease (default $POD_NAME, else host-pid)")  # fmt: skip
+    s.add_argument("--lease-duration", type=float, default=3.0, metavar="SECONDS",
+                   help="a Lease not renewed for this long may be taken (default 3)")  # fmt: skip
+    s.add_argument("--renew-deadline", type=float, default=2.0, metavar="SECONDS",
+                   help="the leader stops deciding when it could not renew for this long "
+                        "(default 2; below --lease-duration)")  # fmt: skip
+    s.add_argument("--retry-period", type=float, default=0.5, metavar="SECONDS",
+                   help="how often replicas try or renew the Lease (default 0.5)")  # fmt: skip
+    s.add_argument("--advertise-url", default="", metavar="URL",
+                   help="where the other replicas reach this one (default "
+                        "http://$POD_IP:PORT; used to forward verbs to the leader)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
+from app.api.forward import ForwardToLeader, client_for_forwarding
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -33,10 +34,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services.start()
+        if services.election is not None:
+            app.state.forwarder = client_for_forwarding()
         try:
             yield
         finally:
             services.stop()
+            if services.election is not None:
+                await app.state.forwarder.aclose()
 
     app = FastAPI(
         title="Muster",
@@ -50,4 +55,6 @@ def create_app(
     for module in (extender, webhook, debug, overview, explain, health, metrics, ui):
         app.include_router(module.router)
     app.include_router(explain.whatif_router)
+    if services.election is not None:
+        app.add_middleware(ForwardToLeader, services=lambda: services)
     return app

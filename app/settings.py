@@ -68,6 +68,20 @@ class Settings:
     share_interval_seconds: float = 5.0
     #: Samples of queue shares kept (the oldest are dropped): one hour at the default interval.
     share_history: int = 720
+    #: Cluster mode: run for leadership on a Lease (several replicas, one decides); without
+    #: it this replica always decides.
+    leader_elect: bool = False
+    #: The Lease (in ``muster_namespace``) and this replica's identity on it (its pod name).
+    lease_name: str = "muster-leader"
+    identity: str = ""
+    #: How long a Lease lasts without renewal; a leader that cannot renew within the renew
+    #: deadline stops deciding; every replica tries (or renews) once per retry period.
+    lease_duration_seconds: float = 3.0
+    renew_deadline_seconds: float = 2.0
+    retry_period_seconds: float = 0.5
+    #: The URL other replicas reach this one's extender verbs at (published on the Lease
+    #: while it leads; followers forward the verbs there).
+    advertise_url: str = ""
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

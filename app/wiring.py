@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.core.cycle.leadership import Leadership
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
 from app.core.insight.census import CensusTaker
@@ -28,7 +29,7 @@ from app.core.state.journal import Journal
 from app.core.state.queuefile import QueueFile
 from app.core.state.timings import Timings
 from app.core.verbs.barrier import Barrier
-from app.core.verbs.bind import Binder, device_chooser
+from app.core.verbs.bind import Binder, device_chooser, plan_recorder
 from app.core.verbs.extender import Extender
 from app.core.verbs.gangbind import BindRequest, GangBinder
 from app.settings import Settings
@@ -66,6 +67,7 @@ class Graph:
     sampler: ShareSampler
     #: Every gang's brief story with its ETA, at most once per planner cycle (the dashboard).
     gang_lines: GangLines
+    leadership: Leadership
 
 
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
@@ -81,12 +83,15 @@ def build_graph(
     clock: Clock = time.monotonic,
     wall: Clock = time.time,
     queues: QueueFile | None = None,
+    lease_held: Callable[[], bool] | None = None,
 ) -> Graph:
     """Wire the planner, GPU placement, binders, extender and planner loop over ``cache``.
 
     ``clock`` times plans, reservations and the bind barrier; ``wall`` is the epoch time pods'
     start times are compared with. ``queues`` defaults to ``settings.queue_file`` (``None``:
-    one open queue); the simulator passes a fixed configuration instead.
+    one open queue); the simulator passes a fixed configuration instead. ``lease_held`` tells
+    whether this replica holds the leader Lease (``None``: it always leads, see
+    ``Leadership``).
     """
     if queues is None:
         queues = QueueFile(settings.queue_file)
@@ -114,7 +119,8 @@ def build_graph(
         ),
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
-    binder = Binder(cache, gateway, device_chooser(planner, gpu, cache))
+    binder = Binder(cache, gateway, device_chooser(planner, gpu, cache), plan_recorder(planner))
+    leadership = Leadership(planner, cache, lease_held)
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
     headlines = Headlines(lambda: planner.look(wait=False), lambda: planner.cycles)
@@ -129,6 +135,7 @@ def build_graph(
         news=headlines.news,
         journal=journal,
         wall=wall,
+        active=lambda: leadership.leading,
     )
     shares = ShareHistory(settings.share_history)
     sampler = ShareSampler(
@@ -157,4 +164,5 @@ def build_graph(
         shares,
         sampler,
         gang_lines,
+        leadership,
     )

@@ -68,3 +68,44 @@ def test_unknown_strategy_is_a_usage_error(no_kube: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--strategy", "random"])
     assert exc.value.code == 2
+
+
+def test_leader_election_flags(no_kube: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "muster-7d9-abc")
+    monkeypatch.setenv("POD_IP", "10.1.2.3")
+    s = settings_for("--in-cluster", "--leader-elect", "--port", "9000", "--lease-duration", "6",
+                     "--renew-deadline", "4", "--retry-period", "1")  # fmt: skip
+    assert (s.leader_elect, s.identity, s.advertise_url) == (
+        True,
+        "muster-7d9-abc",
+        "http://10.1.2.3:9000",
+    )
+    assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (6, 4, 1)
+    assert (s.lease_name, settings_for("--advertise-url", "http://x:1").advertise_url) == (
+        "muster-leader",
+        "http://x:1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--demo", "--leader-elect"], "leader election needs cluster mode"),
+        (
+            ["serve", "--kubeconfig", "KC", "--leader-elect", "--renew-deadline", "5"],
+            "retry period < renew deadline < lease duration",
+        ),
+    ],
+)
+def test_bad_election_settings_exit_2_with_a_reason(
+    no_kube: Path, argv: list[str], message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    kubeconfig = no_kube / "kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    argv = [str(kubeconfig) if a == "KC" else a for a in argv]
+    assert main(argv) == 2
+    assert message in caplog.text

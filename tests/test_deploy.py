@@ -209,8 +209,6 @@ def test_muster_deployment_is_locked_down_and_probed(objects: dict) -> None:
         "http-extender"
     }
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
     assert "--in-cluster" in c["args"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
@@ -250,3 +248,38 @@ def test_probe_node_add_on_runs_the_real_command_with_least_privilege() -> None:
     assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}
     binding = found[("ClusterRoleBinding", "muster-probe-node")]
     assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_two_replicas_elect_a_leader_and_a_disruption_budget_keeps_one(objects: dict) -> None:
+    deployment = objects[("Deployment", "muster")]
+    c = container(deployment)
+    assert deployment["spec"]["replicas"] == 2
+    assert "--leader-elect" in c["args"]
+    # The new pod starts before an old one stops: never fewer than two while rolling.
+    rolling = deployment["spec"]["strategy"]
+    assert rolling["type"] == "RollingUpdate"
+    assert rolling["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env["POD_NAME"] == "metadata.name"  # the identity on the Lease (app/cli.py)
+    assert env["POD_IP"] == "status.podIP"  # where followers forward the verbs
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = spread["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    pdb = objects[("PodDisruptionBudget", "muster")]
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_the_lease_role_allows_exactly_the_lease_muster_elects_on(objects: dict) -> None:
+    rules = objects[("Role", "muster-leases")]["rules"]
+    binding = objects[("RoleBinding", "muster-leases")]
+    assert binding["subjects"][0]["name"] == "muster"
+    named = [r for r in rules if r.get("resourceNames")]
+    assert [r["resourceNames"] for r in named] == [[Settings().lease_name]]
+    assert set(named[0]["verbs"]) == {"get", "update"}  # app/k8s/lease.py reads and replaces
+    (create,) = [r for r in rules if not r.get("resourceNames")]
+    assert create["verbs"] == ["create"]  # the first replica creates it
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in rules)

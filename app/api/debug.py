@@ -321,3 +321,19 @@ def events(
         events=events, latest=page.latest, next=last, missed=page.missed,
         capacity=journal.capacity, totals=counters,
     )  # fmt: skip
+
+
+@router.get("/leadership", summary="This replica's role, the Lease, and what it carried on")
+def leadership(request: Request) -> dict[str, Any]:
+    """Role (leader, taking-over, follower; always leader without election), the Lease as
+    last seen, takeovers, what the last takeover carried on, and the head-of-line hold."""
+    services = request.app.state.muster
+    owner, holds, until = services.cache.holds
+    body: dict[str, Any] = {
+        "role": services.leadership.role if services.leadership else "leader",
+        "election": services.election.stats() if services.election else None,
+        "takeovers": services.leadership.takeovers if services.leadership else 0,
+        "carried": list(services.leadership.carried) if services.leadership else [],
+        "hold": {"owner": owner, "nodes": sorted(holds), "until": until} if owner else None,
+    }
+    return body

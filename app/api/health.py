@@ -14,14 +14,30 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the cache holds a complete picture of the cluster")
+@router.get(
+    "/readyz",
+    summary="Readiness: the cache holds a complete picture of the cluster",
+    responses={503: {"description": "The cache has not synced yet"}},
+)
 def readyz(request: Request) -> JSONResponse:
-    """200 once the cache has synced (initial list done, or cluster file loaded), else 503."""
+    """200 once the cache has synced (initial list done, or cluster file loaded), else 503.
+
+    With leader election, followers are ready too: they forward the extender verbs to the
+    leader (``app.api.forward``); ``role`` and ``election`` say who leads. A single replica
+    is ready once it has also carried on from the plan records (``Leadership``)."""
     services = request.app.state.muster
     cache = services.cache
-    body = {
-        "ready": cache.synced,
+    elected = services.leadership is not None and services.leadership.elected
+    ready = cache.synced and (elected or services.leading)
+    body: dict[str, object] = {
+        "ready": ready,
         "mode": services.settings.describe(),
         "nodes": len(cache.view().nodes),
+        "synced": cache.synced,
     }
-    return JSONResponse(body, status_code=200 if cache.synced else 503)
+    if services.leadership is not None and services.leadership.elected:
+        body["role"] = services.leadership.role
+        body["leader"] = services.leader_url
+    if services.election is not None:
+        body["election"] = services.election.stats()
+    return JSONResponse(body, status_code=200 if ready else 503)

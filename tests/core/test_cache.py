@@ -109,6 +109,28 @@ def test_forget_leaves_confirmed_binds() -> None:
     assert gpus_used(cache, "a") == 2
 
 
+def test_a_failed_bind_gives_a_planned_pod_back_its_reservation() -> None:
+    """A member's Binding fails (the API timed out): its plan still holds the room, so the
+    room must stay taken, or another gang is planned into it and the member's next bind
+    finds it full (and its gang is rolled back). The same when an assumption expires."""
+    clock = Clock()
+    cache = ClusterCache(assume_ttl=30, clock=clock)
+    cache.upsert_node(node("a", gpus=8))
+    p, q = pod(gpu=4), pod(gpu=4)
+    cache.upsert_pods([p, q])
+    assert cache.reserve({p.uid: "a", q.uid: "a"}).ok
+    devices = cache.devices_of(p.uid)
+    cache.assume(p.uid, "a")
+    cache.forget(p.uid)
+    assert gpus_used(cache, "a") == 8 and cache.devices_of(p.uid) == devices
+    cache.assume(q.uid, "a")
+    clock.now = 30.0
+    assert cache.expire_assumed() == [q.uid]
+    assert gpus_used(cache, "a") == 8
+    cache.unreserve([p.uid, q.uid])  # the plan is released: now the room is free
+    assert gpus_used(cache, "a") == 0
+
+
 def test_learn_pod_does_not_overwrite_watch_knowledge() -> None:
     cache = ClusterCache()
     bound = pod(gpu=1, node="a")

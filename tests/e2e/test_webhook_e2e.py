@@ -322,10 +322,17 @@ def test_deploy_renders_and_the_api_server_accepts_it(cluster: Cluster) -> None:
     text, objects = rendered(cluster, DEPLOY)
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-                     "MutatingWebhookConfiguration", "Namespace", "Role", "RoleBinding",
-                     "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]  # fmt: skip
+                     "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role",
+                     "RoleBinding", "Service", "ServiceAccount",
+                     "ValidatingWebhookConfiguration"]  # fmt: skip
     # Namespaced objects need their namespace to exist for a server-side dry run.
     cluster.core.create_namespace({"metadata": {"name": "muster-system"}})
+    # The PodDisruptionBudget ships as policy/v1 (1.21+); 1.20 serves the same fields as
+    # policy/v1beta1 only.
+    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["apiVersion"] == "policy/v1"
+    pdb["apiVersion"] = "policy/v1beta1"
+    text = yaml.safe_dump_all(objects)
     result = kubectl(cluster, "apply", "--dry-run=server", "-f", "-", stdin=text)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

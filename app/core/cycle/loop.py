@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
+from app.core.model.labels import PLAN_RECORD
 from app.core.model.values import Pod
 from app.core.state.gateway import Gateway
 from app.core.state.journal import Journal, Victim
@@ -44,9 +45,12 @@ class PlannerLoop:
         news: Callable[[], list[tuple[Pod, str]]] | None = None,
         journal: Journal | None = None,
         wall: Callable[[], float] = time.time,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         """``journal`` (if any) records each preemption or reclaim carried out, with the
-        GPU-seconds its victims had run (by ``wall``, epoch seconds)."""
+        GPU-seconds its victims had run (by ``wall``, epoch seconds). ``active`` says whether
+        this replica may decide now (it leads); default: always."""
+        self._active = active
         self._planner = planner
         self._journal = journal
         self._wall = wall
@@ -59,6 +63,7 @@ class PlannerLoop:
         self._thread: threading.Thread | None = None
         self.nudges = 0
         self.evictions = 0
+        self.records = 0
 
     def start(self) -> None:
         """Start the loop thread."""
@@ -74,10 +79,23 @@ class PlannerLoop:
     def run_once(self, *, force: bool = False) -> None:
         """One cycle, the evictions and the nudges it calls for (also used by tests)."""
         self._planner.cycle(force=force)
+        self.record()
         self.evict()
         self.nudge()
         self.tell()
         self.report()
+
+    def record(self) -> None:
+        """Write each plan on its members (``muster.io/plan``) before anything is evicted for
+        it, so that the next leader carries it on (``app.core.cycle.records``)."""
+        for pod, text in self._planner.to_record():
+            try:
+                self._gateway.annotate_pod(pod.namespace, pod.name, {PLAN_RECORD: text})
+                self.records += 1
+            except GatewayError as exc:
+                if exc.reason != "NotFound":
+                    self._planner.unrecorded(pod)
+                log.info("could not record the plan on %s: %s", pod.key, exc)
 
     def evict(self) -> None:
         """Carry out the planner's evictions, whole units only.
@@ -87,7 +105,8 @@ class PlannerLoop:
         a real eviction still be refused halfway through a gang, the rest of that gang is
         deleted: a partial gang would keep its GPUs and do no work.
         """
-        for eviction in self._planner.take_evictions():
+        taken = self._planner.take_evictions()
+        for eviction in self._planner.recorded_first(taken):
             refused = self._dry_run(eviction)
             if refused is not None:
                 self._planner.eviction_refused(eviction, *refused)
@@ -200,6 +219,8 @@ class PlannerLoop:
     def _run(self) -> None:
         last = 0.0
         while not self._stop.wait(self._poll):
+            if self._active is not None and not self._active():
+                continue  # a follower decides nothing
             now = time.monotonic()
             try:
                 force = now - last >= self._interval

@@ -40,8 +40,10 @@ from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, SnapshotMemo, gangs_of
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
+from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang, gang_spec
+from app.core.model.labels import PLAN_RECORD
 from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
@@ -55,13 +57,17 @@ from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
 from app.core.state.journal import Journal
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
-from app.core.state.statement import Applied, Reserve
+from app.core.state.statement import Applied, Hold, Reserve, Statement
 from app.core.state.timings import Timings
 
 __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
 
 #: Why a member waits when its gang has no plan and a cycle is running in another thread.
 BUSY = "waiting for the planner (a planning cycle is under way)"
+
+#: Seconds after which a planned member that has not reached filter since its nudge is
+#: nudged again (see ``Planner.to_nudge``).
+RENUDGE = 1.0
 
 
 class Planner:
@@ -124,6 +130,9 @@ class Planner:
         self._insight_memo = SnapshotMemo()
         self._failed = FailedPlacements()
         self._demand = DemandMemo()
+        #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
+        self._nudged_at: dict[str, float] = {}
+        self._asked: dict[str, float] = {}
         self._lowest: tuple[int, int | None] | None = None
         self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
         # Gangs whose members' keys and group object disagree (last cycle), and what of that
@@ -166,6 +175,7 @@ class Planner:
         spec = gang_spec(pod)
         if spec is None:
             return Verdict()
+        self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
         plan = self._plans.get(spec.key)
         if plan is None or pod.uid not in plan.members:
             with self._held(False) as held:
@@ -342,18 +352,34 @@ class Planner:
             return out
 
     def to_nudge(self) -> list[tuple[str, Pod]]:
-        """Planned members not yet nudged (so kube-scheduler retries them now); marks them."""
+        """Planned members not yet nudged (so kube-scheduler retries them now); marks them.
+
+        A nudge can be lost: kube-scheduler may be trying the pod when it arrives, and the
+        try fails (a new leader nudges before the Service routes to it). A member that has
+        not reached filter ``RENUDGE`` seconds after its nudge is nudged again."""
         with self._lock:
             snapshot = self._cache.snapshot()
+            now = self._clock()
             out = []
+            planned: set[str] = set()
             for plan in self._plans.values():
+                planned.update(plan.members)
                 if plan.victims and self._victims_left(plan):
                     continue  # nudged once the victims are gone
                 for uid in plan.members:
                     pod = snapshot.pods.get(uid)
-                    if uid not in plan.nudged and pod is not None and not snapshot.holds_node(pod):
-                        plan.nudged.add(uid)
-                        out.append((plan.gang, pod))
+                    if pod is None or snapshot.holds_node(pod):
+                        continue
+                    if uid in plan.nudged:
+                        when = self._nudged_at.get(uid, now)
+                        if now - when < RENUDGE or self._asked.get(uid, -1.0) >= when:
+                            continue
+                    plan.nudged.add(uid)
+                    self._nudged_at[uid] = now
+                    out.append((plan.gang, pod))
+            for uid in [u for u in self._nudged_at if u not in planned]:
+                del self._nudged_at[uid]
+                self._asked.pop(uid, None)
             return out
 
     def take_evictions(self) -> list[Eviction]:
@@ -361,6 +387,204 @@ class Planner:
         with self._lock:
             out, self._evictions = self._evictions, []
             return out
+
+    def recorded_first(self, evictions: Sequence[Eviction]) -> list[Eviction]:
+        """Those of ``evictions`` whose preemptor's plan is written on every member that does
+        not hold its node yet (``to_record``): victims are evicted only once the room they
+        free is promised where the next leader finds it. The others go back in the queue
+        (and are dropped with their plan)."""
+        with self._lock:
+            out: list[Eviction] = []
+            snapshot = self._cache.snapshot()
+            for eviction in evictions:
+                plan = self._plans.get(eviction.preemptor)
+                if plan is None:
+                    continue
+                text = self._record_text(plan)
+                recorded = all(
+                    plan.recorded.get(uid) == text
+                    or (uid in snapshot.pods and snapshot.holds_node(snapshot.pods[uid]))
+                    for uid in plan.members
+                )
+                if recorded:
+                    out.append(eviction)
+                else:
+                    self._evictions.append(eviction)
+            return out
+
+    # -- records: what the next leader finds (``records``) ---------------------------------
+
+    def _record_text(self, plan: Plan) -> str:
+        if not plan.expires_at:
+            plan.expires_at = self._wall() + (plan.expires - self._clock())
+        return encode_plan(plan, plan.expires_at)
+
+    def to_record(self) -> list[tuple[Pod, str]]:
+        """Planned members (not holding a node) whose plan record is not written yet, with
+        the text to write (``muster.io/plan``); marks them written. The write updates the
+        pod, so it also makes kube-scheduler retry the member now: members of a plan whose
+        victims are gone count as nudged."""
+        with self._lock:
+            snapshot = self._cache.snapshot()
+            out = []
+            for plan in self._plans.values():
+                text = self._record_text(plan)
+                waiting = bool(plan.victims) and self._victims_left(plan) > 0
+                for uid in plan.members:
+                    pod = snapshot.pods.get(uid)
+                    if pod is None or snapshot.holds_node(pod) or plan.recorded.get(uid) == text:
+                        continue
+                    plan.recorded[uid] = text
+                    if not waiting:
+                        plan.nudged.add(uid)
+                        self._nudged_at[uid] = self._clock()
+                    out.append((pod, text))
+            return out
+
+    def unrecorded(self, pod: Pod) -> None:
+        """Writing ``pod``'s plan record failed: write it again next time."""
+        with self._lock:
+            for plan in self._plans.values():
+                if pod.uid in plan.members:
+                    plan.recorded.pop(pod.uid, None)
+                    plan.nudged.discard(pod.uid)
+
+    def record_of(self, uid: str, gang: str) -> str | None:
+        """The plan record a Binding of member ``uid`` of ``gang`` carries (None: no plan)."""
+        with self._lock:
+            plan = self._plans.get(gang)
+            if plan is None or uid not in plan.members:
+                return None
+            return self._record_text(plan)
+
+    def hold_record(self) -> str:
+        """The record text of the head-of-line hold in force (``muster.io/hold``)."""
+        return encode_hold(*self._cache.holds)
+
+    def reset(self) -> None:
+        """Forget every plan, reservation, hold and queued eviction (leadership lost: the
+        next leader decides from the records)."""
+        with self._lock:
+            self._reset()
+
+    def _reset(self) -> None:
+        for plan in self._plans.values():
+            self._cache.unreserve(plan.members)
+        self._plans = {}
+        self._evictions = []
+        self._head = None
+        self._reasons.clear()
+        self._hints.clear()
+        self._cache.set_holds("", {}, 0.0)
+        self._last_generation = -1
+
+    def restore(self, records: dict[str, PlanRecord], hold: HoldRecord | None) -> list[str]:
+        """Carry on from the records (``records.plans_from``, the Lease's hold) before
+        deciding anything new: each plan whose core members still exist takes its recorded
+        nodes and GPU devices again (all or none, re-checked by the cache; a plan that no
+        longer fits is dropped and its gang planned anew), victims not yet evicted are queued
+        for eviction again, and the hold is put back. Returns what it did, one line each."""
+        with self._lock:
+            self._reset()
+            now, wall = self._clock(), self._wall()
+            snapshot = self._cache.snapshot()
+            statement = Statement(base=snapshot.generation)
+            plans: dict[str, Plan] = {}
+            notes: list[str] = []
+            for gang, record in sorted(records.items()):
+                members = [snapshot.pods.get(u) for u in record.members]
+                if all(p is None or p.terminal or snapshot.holds_node(p) for p in members):
+                    continue  # fulfilled (or gone): nothing to carry on
+                plan = self._restored(record, snapshot, now, wall)
+                if plan is None:
+                    notes.append(f"{gang}: plan {record.id} is over; planned anew")
+                    continue
+                pending = {
+                    uid: node
+                    for uid, node in plan.members.items()
+                    if not snapshot.holds_node(snapshot.pods[uid])
+                }
+                force = bool(plan.victims) and self._victims_left(plan) > 0
+                statement.ops.append(Reserve(gang, pending, dict(plan.devices), force))
+                plans[gang] = plan
+            if hold is not None and hold.owner not in plans:
+                statement.ops.append(Hold(hold.owner, hold.holds, hold.until))
+            applied = self._cache.apply(statement)
+            for i, status in applied.refused.items():
+                op = statement.ops[i]
+                assert isinstance(op, Reserve)
+                del plans[op.gang]
+                notes.append(f"{op.gang}: recorded room is gone ({status}); planned anew")
+            for gang, plan in plans.items():
+                victims = self._evictions_for(plan, snapshot)
+                if victims is not None:
+                    self._evictions.append(victims)
+                notes.append(
+                    f"{gang}: plan {plan.id} carried on ({len(plan.members)} members"
+                    + (f", {len(victims.units)} victim units to evict" if victims else "")
+                    + ")"
+                )
+            self._plans = plans
+            if hold is not None and hold.owner not in plans:
+                notes.append(f"{hold.owner}: head-of-line hold on {', '.join(sorted(hold.holds))}")
+            return notes
+
+    def _restored(
+        self, record: PlanRecord, snapshot: Snapshot, now: float, wall: float
+    ) -> Plan | None:
+        """The live plan for ``record`` (None: a core member is gone, or it expired before
+        any core member bound)."""
+        pods = snapshot.pods
+        config = self._queues.config
+        live = {u for u in record.members if u in pods and not pods[u].terminal}
+        if not record.core <= live:
+            return None
+        started = any(snapshot.holds_node(pods[u]) for u in record.core)
+        expires = now + (record.expires - wall)
+        expires_at = record.expires
+        if expires <= now:
+            if not started:
+                return None
+            # Part of the core is bound: the rest must follow, give it a full TTL again.
+            expires, expires_at = now + self._plan_ttl, wall + self._plan_ttl
+        plan = Plan(
+            gang=record.gang,
+            members={u: n for u, n in record.members.items() if u in live},
+            core=record.core,
+            min_member=record.min_member,
+            created=now,
+            expires=expires,
+            released=started,
+            victims=record.victims,
+            devices={u: d for u, d in record.devices.items() if u in live},
+            id=record.id,
+            expires_at=expires_at,
+            queue=min({self._queue_names.of(pods[u], config) for u in live})
+            or config.default_queue,
+        )
+        text = encode_plan(plan, expires_at)
+        plan.recorded = {u: text for u in live if pods[u].annotations.get(PLAN_RECORD) == text}
+        return plan
+
+    def _evictions_for(self, plan: Plan, snapshot: Snapshot) -> Eviction | None:
+        """The eviction of ``plan``'s victims still running (not evicted yet), by unit."""
+        units: dict[str, list[Pod]] = {}
+        for uid in sorted(plan.victims):
+            pod = snapshot.pods.get(uid)
+            if pod is None or pod.terminal or pod.deleting:
+                continue
+            spec = gang_spec(pod)
+            units.setdefault(spec.key if spec else f"pod:{pod.key}", []).append(pod)
+        if not units:
+            return None
+        return Eviction(
+            plan.gang,
+            tuple(
+                Unit(key, None, tuple(pods), max(p.priority for p in pods), False, 0.0)
+                for key, pods in units.items()
+            ),
+            f"preempted for gang {plan.gang} (eviction resumed by a new leader)",
+        )
 
     def eviction_refused(self, eviction: Eviction, unit_key: str, why: str) -> None:
         """A PodDisruptionBudget (or the API) refused evicting ``unit_key``: leave that work

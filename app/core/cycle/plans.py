@@ -3,6 +3,7 @@ evictions to carry out."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +32,12 @@ class Plan:
     devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: the queue the gang was planned in
     queue: str | None = None
+    #: Names this plan in its record on the members (``app.core.cycle.records``).
+    id: str = ""
+    #: uid -> the record text last written on that member (the loop writes it once).
+    recorded: dict[str, str] = field(default_factory=dict)
+    #: ``expires`` as epoch seconds, fixed when the plan is first recorded (0: not yet).
+    expires_at: float = 0.0
 
     def node_of(self, uid: str) -> str | None:
         """The planned node of member ``uid``."""
@@ -50,6 +57,9 @@ class Plan:
             victims=self.victims,
             devices=dict(self.devices),
             queue=self.queue,
+            id=self.id,
+            recorded=dict(self.recorded),
+            expires_at=self.expires_at,
         )
 
     def drop(self, uids: frozenset[str] | set[str]) -> None:
@@ -78,6 +88,7 @@ class Plan:
             expires=expires,
             victims=victims,
             queue=queue,
+            id=secrets.token_hex(6),
         )
 
 

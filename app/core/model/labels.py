@@ -30,6 +30,13 @@ DEFAULT_QUEUE_ANNOTATION = "muster.io/default-queue"
 #: Keep a gang's core in one topology domain of this level (or wait) / if any fits.
 TOPOLOGY_REQUIRED = "muster.io/topology-required"
 TOPOLOGY_PREFERRED = "muster.io/topology-preferred"
+#: A gang's plan, written on each planned member (and carried by its Binding) so that the
+#: next leader, or a restarted Muster, carries on with it (``app.core.cycle.records``).
+PLAN_RECORD = "muster.io/plan"
+#: The head-of-line hold in force, on the leader's Lease (``app.core.cycle.records``).
+HOLD_RECORD = "muster.io/hold"
+#: Where the leader serves the extender verbs, on its Lease (followers forward to it).
+LEADER_ENDPOINT = "muster.io/endpoint"
 
 # -- other schedulers' conventions -----------------------------------------------------
 #: (group-name key, min-member key or None), in the order they are consulted.

@@ -600,14 +600,22 @@ class ClusterCache:
             return pod
 
     def forget(self, uid: str) -> None:
-        """Undo an assumed bind (the bind failed); a confirmed bind is left alone."""
+        """Undo an assumed bind (the bind failed); a confirmed bind is left alone. A pod
+        whose plan reserved the node it was assumed on keeps that reservation (the plan still
+        holds the room for it; only its bind failed)."""
         with self._lock:
             if self._assumed.pop(uid, None) is None:
                 return
-            pod = self._pods.get(uid)
-            if pod is not None and not pod.node_name:
-                self._move(uid, pod.requests, pod.requests, "")
-                self._bump()
+            self._unassume(uid)
+            self._bump()
+
+    def _unassume(self, uid: str) -> None:
+        pod = self._pods.get(uid)
+        if pod is None or pod.node_name:
+            return
+        if self._reserved.get(uid) == self._placement.get(uid):
+            return  # back to the plan's reservation, same node and devices
+        self._move(uid, pod.requests, pod.requests, "")
 
     def confirm(self, uid: str, node: str) -> None:
         """Record that pod ``uid`` is bound to ``node`` (what the watch would report)."""
@@ -743,9 +751,7 @@ class ClusterCache:
         stale = [uid for uid, deadline in self._assumed.items() if deadline <= now]
         for uid in stale:
             del self._assumed[uid]
-            pod = self._pods.get(uid)
-            if pod is not None and not pod.node_name:
-                self._move(uid, pod.requests, pod.requests, "")
+            self._unassume(uid)
         if stale:
             self._bump()
         return stale

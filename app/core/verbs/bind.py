@@ -9,7 +9,7 @@ from app.core.cycle.planner import Planner
 from app.core.gpu.ask import GpuAsk
 from app.core.model.errors import BindRejected, GatewayError
 from app.core.model.gang import gang_spec
-from app.core.model.labels import GPU_IDS
+from app.core.model.labels import GPU_IDS, PLAN_RECORD
 from app.core.model.values import Pod
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.state.cache import ClusterCache
@@ -18,6 +18,8 @@ from app.core.state.gateway import Gateway
 #: Picks a pod's GPU devices on a node (its plan's, or the live placement policy's), or None
 #: for the cache's default choice.
 DeviceChooser = Callable[[Pod, str], "tuple[int, ...] | None"]
+#: The plan record a pod's Binding carries (``app.core.cycle.records``), or None.
+PlanRecorder = Callable[[Pod], "str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +34,16 @@ class Binder:
     """Binds pods through a ``Gateway``, never letting concurrent binds over-commit a node."""
 
     def __init__(
-        self, cache: ClusterCache, gateway: Gateway, devices: DeviceChooser | None = None
+        self,
+        cache: ClusterCache,
+        gateway: Gateway,
+        devices: DeviceChooser | None = None,
+        records: PlanRecorder | None = None,
     ) -> None:
         self._cache = cache
         self._gateway = gateway
         self._devices = devices
+        self._records = records
 
     def _choose(self, uid: str, node: str) -> tuple[int, ...] | None:
         """The GPU devices the placement policy wants for the pod on ``node`` (None: the
@@ -53,9 +60,13 @@ class Binder:
         except BindRejected as exc:
             return BindOutcome(error=str(exc), reason="Rejected")
         held = self._cache.devices_of(uid)
-        extra = {GPU_IDS: ",".join(map(str, held))} if held else None
-        if extra and pod.annotations.get(GPU_IDS) == extra[GPU_IDS]:
-            extra = None
+        wanted = {GPU_IDS: ",".join(map(str, held))} if held else {}
+        # A gang member's Binding carries its plan: a gang killed half-way through its binds
+        # still tells the next leader where the rest goes.
+        record = self._records(pod) if self._records is not None else None
+        if record:
+            wanted[PLAN_RECORD] = record
+        extra = {k: v for k, v in wanted.items() if pod.annotations.get(k) != v} or None
         try:
             self._gateway.bind(namespace, name, uid, node, extra)
         except GatewayError as exc:
@@ -91,3 +102,13 @@ def device_chooser(
         return gpu.devices(cache.view(), pod, node)
 
     return choose
+
+
+def plan_recorder(planner: Planner) -> PlanRecorder:
+    """The record of a gang member's plan, for its Binding (None for other pods)."""
+
+    def record(pod: Pod) -> str | None:
+        spec = gang_spec(pod)
+        return None if spec is None else planner.record_of(pod.uid, spec.key)
+
+    return record

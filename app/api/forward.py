@@ -1,0 +1,121 @@
+"""Followers forward the extender verbs to the leader.
+
+With leader election every replica is ready once its cache has synced, and the Service sends
+kube-scheduler to any of them. Only the leader holds plans, reservations and the bind barrier,
+so a follower passes each verb (filter, prioritize, preempt, bind) through to the leader, at
+the address the leader publishes on the Lease (``muster.io/endpoint``), and returns its answer
+unchanged. While no leader is known (the Lease expired, a takeover under way), or when a
+forwarded call reaches a replica that does not lead (leadership just moved), the answer is
+503 with ``Connection: close``: kube-scheduler retries the pod, on a new connection.
+
+A pure ASGI middleware: on the leader a verb costs one dict lookup more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+
+from app.services import Services
+
+log = logging.getLogger("muster.forward")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The extender verbs (the paths kube-scheduler posts to).
+VERBS = frozenset({"/filter", "/prioritize", "/preempt", "/bind"})
+#: Marks a forwarded call: it is never forwarded again.
+FORWARDED = "x-muster-forwarded"
+#: Longer than any verb takes on the leader (a bind waits up to the barrier, 4 s by default);
+#: kube-scheduler's own ``httpTimeout`` ends the call first.
+TIMEOUT = 10.0
+
+
+class ForwardToLeader:
+    """ASGI middleware: serve the verbs here when leading, else forward them (see module)."""
+
+    def __init__(self, app: ASGIApp, services: Callable[[], Services]) -> None:
+        self.app = app
+        self._services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in VERBS:
+            await self.app(scope, receive, send)
+            return
+        services = self._services()
+        if services.leading:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        leader = services.leader_url
+        if leader is None or FORWARDED.encode() in headers:
+            await _unavailable(send, "this Muster replica does not lead and knows no leader")
+            return
+        body = await _body(receive)
+        shared: httpx.AsyncClient | None = (
+            getattr(scope["app"].state, "forwarder", None) if "app" in scope else None
+        )
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client = shared
+                if client is None:
+                    client = await stack.enter_async_context(client_for_forwarding())
+                answer = await client.post(
+                    leader.rstrip("/") + scope["path"],
+                    content=body,
+                    headers={"content-type": "application/json", FORWARDED: "1"},
+                )
+        except httpx.HTTPError as exc:
+            log.info("forwarding %s to the leader at %s failed: %s", scope["path"], leader, exc)
+            await _unavailable(send, f"the leader at {leader} did not answer ({exc})")
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status_code,
+                "headers": [
+                    (b"content-type", answer.headers.get("content-type", "").encode()),
+                    (b"content-length", str(len(answer.content)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer.content})
+
+
+def client_for_forwarding() -> httpx.AsyncClient:
+    """The HTTP client a follower forwards with (the app keeps one for its lifetime: building
+    one costs more than the call)."""
+    return httpx.AsyncClient(timeout=TIMEOUT, verify=False, trust_env=False)
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _unavailable(send: Send, why: str) -> None:
+    body = ('{"detail": "' + why.replace('"', "'") + '; retry"}').encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
