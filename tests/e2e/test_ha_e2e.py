@@ -139,6 +139,11 @@ def test_the_follower_takes_over_after_the_leader_is_killed(ha: HaCluster) -> No
     assert set(ha.proxy.routed) == {"muster-a", "muster-b"}
 
 
+def has_record(ha: HaCluster, ns: str, name: str) -> bool:
+    """Whether a pod carries a plan record yet."""
+    return PLAN in (ha.core.read_namespaced_pod(name, ns).metadata.annotations or {})
+
+
 def record_of(ha: HaCluster, ns: str, name: str) -> dict[str, Any]:
     """The plan record (``muster.io/plan``) on a pod, decoded."""
     text = (ha.core.read_namespaced_pod(name, ns).metadata.annotations or {}).get(PLAN)
@@ -206,6 +211,9 @@ def test_a_gang_killed_after_half_its_bindings_is_completed_not_doubled(ha: HaCl
     with BindingWatch(ha.core, ns) as seen:
         create(ha.core, ns, blocked_gang(ha, ns, "halfbound", "job", gpus=3))
         wait_for(lambda: at_barrier(ha, "halfbound/job") >= 1, 60, "members at the barrier")
+        # The loop writes the record after the cycle that planned the gang; a member may reach
+        # the barrier first.
+        wait_for(lambda: has_record(ha, ns, "job-0"), 30, "the plan record on job-0")
         record = record_of(ha, ns, "job-0")
         text = json.dumps(record, sort_keys=True, separators=(",", ":"))
         dead = ha.kill_leader()
