@@ -271,8 +271,8 @@ def _check_recording_rules(prom: Prometheus, lost: float) -> None:
             lambda v: v.get("batch", 0) > 0,
         ),
     )
-    assert overdue["starved"] < 0  # huge is due in an hour (its room frees by default runtime)
-    assert "research" not in overdue  # more waits on quota: no ETA, no promise
+    assert "starved" not in overdue  # huge fits no node: no ETA, no promise
+    assert overdue["research"] < 0  # more waits on quota: due once research's own work ends
     errors = prom.poll("the refused bind", lambda: _one(prom, "muster:bind_errors:rate5m > 0"))
     assert len(errors) == 1
     victims = _by(prom.value("muster:preemption_victims:increase1h"), "kind")
