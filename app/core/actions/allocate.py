@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from app.core.gpu.ask import MILLI, GpuAsk, fits_mask, take
+from app.core.gpu.ask import fits as gpu_fits
 from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
@@ -114,6 +115,7 @@ class _Candidates:
         self.rows = rows
         self.requests = requests
         self.need = np.asarray(requests, dtype=np.int64)
+        self.wants = self.need.tolist()
         self.ask = ask
         self.ok = np.zeros(len(rows), dtype=bool)
         self.scores = np.zeros(len(rows), dtype=np.float64)
@@ -170,9 +172,16 @@ class _Candidates:
         judges it fully once one does)."""
         at = int(np.searchsorted(self.rows, row))
         if at < len(self.rows) and self.rows[at] == row:
-            fits = bool(((working.allocatable[row] - working.used[row]) >= self.need).all())
+            # One row: plain Python on its few numbers is cheaper than numpy calls.
+            room = zip(
+                working.allocatable[row].tolist(),
+                working.used[row].tolist(),
+                self.wants,
+                strict=True,
+            )
+            fits = all(a - u >= n for a, u, n in room)
             if fits and self.ask.count:
-                fits = bool(fits_mask(gpu_free[row : row + 1], self.ask)[0])
+                fits = gpu_fits(gpu_free[row].tolist(), self.ask)
             self.ok[at] = fits
             if fits:
                 self.stale.append(at)

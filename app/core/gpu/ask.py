@@ -195,9 +195,10 @@ def fits_mask(free: np.ndarray, ask: GpuAsk) -> np.ndarray:
 
 
 def _misnamed(free: Sequence[int] | np.ndarray, ask: GpuAsk, devices: Sequence[int]) -> str | None:
-    if len(devices) != ask.count or len(set(devices)) != len(devices):
+    n = len(devices)
+    if n != ask.count or len(set(devices)) != n:
         return f"{ask} needs {ask.count} distinct devices, got {tuple(devices)}"
-    if any(not 0 <= d < len(free) for d in devices):
+    if n and (min(devices) < 0 or max(devices) >= len(free)):
         return f"no such device in {tuple(devices)} (node has {len(free)})"
     return None
 
@@ -211,10 +212,11 @@ def refusal(free: Sequence[int] | np.ndarray, ask: GpuAsk, devices: Sequence[int
     why = _misnamed(free, ask, devices)
     if why is not None:
         return why
+    shared = ask.shared
     for d in devices:
-        if ask.shared and free[d] < ask.milli:
+        if shared and free[d] < ask.milli:
             return f"device {d} has {free[d]} milli free, {ask.milli} asked"
-        if not ask.shared and free[d] != MILLI:
+        if not shared and free[d] != MILLI:
             return f"device {d} is partly used ({free[d]} free): not whole"
     return None
 

@@ -369,7 +369,18 @@ def device_choices(free: Sequence[int], ask: GpuAsk, topo: GpuTopology) -> list[
 def choose(free: Sequence[int], ask: GpuAsk, topo: GpuTopology) -> tuple[int, ...] | None:
     """Muster's default devices for ``ask`` given per-device ``free`` milli on a node of
     topology ``topo`` (None: it does not fit); the first of ``device_choices``. The one rule
-    the cache, the planner, the policies' tables and the simulator all use."""
+    the cache, the planner, the policies' tables and the simulator all use.
+
+    Remembered per (free milli per device, ask, topology): a planning cycle asks the same
+    question for member after member of alike gangs on alike nodes.
+    """
+    return _default_choice(tuple(free), ask, topo)
+
+
+@functools.lru_cache(maxsize=4096)
+def _default_choice(
+    free: tuple[int, ...], ask: GpuAsk, topo: GpuTopology
+) -> tuple[int, ...] | None:
     options = device_choices(free, ask, topo)
     return options[0] if options else None
 

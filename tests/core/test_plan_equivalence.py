@@ -1,0 +1,133 @@
+"""A planning cycle with its shortcuts (memos, per-row catch-up, remembered device choices)
+must plan exactly what the straightforward path plans: the same gangs, each member on the
+same node with the same GPU devices, on random clusters."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.core.actions import allocate_in_domain
+from app.core.actions.allocate_in_domain import DemandMemo, _columns
+from app.core.cycle.memos import FailedPlacements
+from app.core.cycle.planner import Planner
+from app.core.gpu import links
+from app.core.model.gang import gang_spec
+from app.core.model.values import Node, Pod
+from app.core.state.cache import ClusterCache
+from tests.core.test_allocate_incremental import reference
+from tests.factories import node, pod
+
+Plans = list[dict[str, tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]]]]]
+
+
+def cluster(seed: int) -> tuple[list[Node], list[Pod]]:
+    """Random nodes (GPU and CPU-only, blocks, pools, taints), random gangs (sizes, GPU
+    counts, queues, priorities, topology asks, selectors) and some running pods."""
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(rng.randint(3, 160)):
+        labels = {"network.topology.nvidia.com/block": f"b{i // rng.choice([2, 4, 8])}"}
+        if rng.random() < 0.2:
+            labels["pool"] = rng.choice(["a", "b"])
+        taints = [{"key": "t", "value": "x", "effect": "NoSchedule"}] if rng.random() < 0.1 else []
+        gpus = rng.choice([0, 4, 8, 8])
+        cpu = str(rng.choice([16, 64]))
+        nodes.append(node(f"n{i}", gpus=gpus, cpu=cpu, labels=labels, taints=taints))
+    pods = []
+    for g in range(rng.randint(1, 60)):
+        size = rng.choice([1, 2, 3, 4, 8, 10])
+        gpu = rng.choice([0, 1, 1, 2, 4, 8])
+        labels = {"muster.io/pod-group": f"g{g}", "muster.io/min-member": str(size)}
+        if rng.random() < 0.3:
+            labels["muster.io/queue"] = rng.choice(["q1", "q2"])
+        annotations = {}
+        if rng.random() < 0.15:
+            annotations["muster.io/topology-required"] = "block"
+        elif rng.random() < 0.15:
+            annotations["muster.io/topology-preferred"] = "block"
+        selector = {"pool": "a"} if rng.random() < 0.1 else None
+        priority = rng.choice([0, 0, 10])
+        for m in range(size + rng.choice([0, 0, 1])):
+            pods.append(
+                pod(
+                    f"g{g}-{m}",
+                    uid=f"g{g}-{m}",
+                    gpu=gpu,
+                    cpu=rng.choice(["1", "2", "8"]),
+                    labels=labels,
+                    annotations=annotations,
+                    node_selector=selector,
+                    priority=priority,
+                    created=float(g * 10 + m),
+                )
+            )
+    for r in range(rng.randint(0, 10)):
+        where = rng.choice(nodes).name
+        gpu = rng.choice([0, 1])
+        pods.append(pod(f"run{r}", uid=f"run{r}", gpu=gpu, cpu="1", node=where, phase="Running"))
+    return nodes, pods
+
+
+def plans(nodes: list[Node], pods: list[Pod]) -> Plans:
+    """The plans after a first cycle, and after a second one once the first plan's pods left."""
+    cache = ClusterCache()
+    cache.upsert_nodes(nodes)
+    cache.upsert_pods(pods)
+    cache.mark_synced()
+    planner = Planner(cache, clock=lambda: 100.0, wall=lambda: 1.8e9)
+    keys = sorted({spec.key for p in pods if (spec := gang_spec(p)) is not None})
+    out: Plans = []
+    for _ in range(2):
+        planner.cycle(force=True)
+        live = {g: p for g in keys if (p := planner.plan(g)) is not None}
+        out.append(
+            {
+                g: (sorted(p.members.items()), sorted(p.devices.items()))
+                for g, p in sorted(live.items())
+            }
+        )
+        if live:
+            for uid in next(iter(live.values())).members:
+                cache.delete_pod(uid)
+    return out
+
+
+def straightforward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shortcut off: device choices, domain sums and failed placements computed afresh,
+    every member judged on every row (``test_allocate_incremental.reference``)."""
+    monkeypatch.setattr(allocate_in_domain, "allocate", reference)
+    uncached: Callable[..., Any] = links._default_choice.__wrapped__  # type: ignore[attr-defined]
+    monkeypatch.setattr(links, "_default_choice", uncached)
+
+    def fresh(self: DemandMemo, view: Any, tree: Any, masks: Any, kinds: Any) -> Any:
+        return _columns(view, masks, kinds, None), {}
+
+    monkeypatch.setattr(allocate_in_domain.DemandMemo, "columns", fresh)
+
+    def place(self: FailedPlacements, view: Any, members: Any, ask: Any, pinned: Any,
+              compute: Callable[[], Any]) -> Any:  # fmt: skip
+        return compute()
+
+    monkeypatch.setattr(FailedPlacements, "place", place)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cycle_plans_as_the_straightforward_path(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes, pods = cluster(seed)
+    fast = plans(nodes, pods)
+    with monkeypatch.context() as patched:
+        straightforward(patched)
+        slow = plans(nodes, pods)
+    assert fast == slow
+
+
+def test_random_clusters_plan_gangs() -> None:
+    """The comparison means something: most random clusters plan gangs in both cycles."""
+    both = sum(all(plans(*cluster(seed))) for seed in range(40))
+    assert both >= 25
