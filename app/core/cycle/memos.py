@@ -14,9 +14,9 @@ from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView, Snapshot
+from app.core.state.cache import NodeView, Snapshot, queue_key
 from app.core.state.domains import Ask
-from app.core.state.queueusage import queue_name
+from app.core.state.queueusage import queue_name, resolve
 
 T = TypeVar("T")
 
@@ -68,11 +68,15 @@ class QueueNames:
         self._scheduler_name = scheduler_name
         self._memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
 
-    def of(self, pod: Pod, config: QueueConfig) -> str:
-        """The queue ``pod`` names under ``config``."""
+    def of(self, pod: Pod, config: QueueConfig, *, member: bool | None = None) -> str:
+        """The queue ``pod`` names under ``config``; ``member``: whether ``pod`` is known to
+        be a gang member (``None``: read from its labels, as ``queue_name`` does)."""
         hit = self._memo.get(pod.uid)
         if hit is None or hit[0] is not pod or hit[1] is not config:
-            name = queue_name(pod, config, self._scheduler_name) or ""
+            if member is None:
+                name = queue_name(pod, config, self._scheduler_name) or ""
+            else:
+                name = resolve(queue_key(pod, member), config, self._scheduler_name) or ""
             hit = self._memo[pod.uid] = (pod, config, name)
         return hit[2]
 
