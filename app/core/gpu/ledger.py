@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, NO_GPU, GpuAsk, give, refusal, take, usable
+from app.core.gpu.ask import MILLI, NO_GPU, GpuAsk, GpuOvercommit, give, take
 from app.core.gpu.links import choose, topology_of
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Node, Pod
@@ -136,9 +136,8 @@ class DeviceLedger:
             return self._held[uid].devices
         free = self._row(i)
         for option in (pod.gpu_ids if pod.node_name else (), wanted or ()):
-            if option and usable(free, ask, option):
+            if option and _took(free, ask, tuple(option)):
                 devices = tuple(option)
-                take(free, ask, devices)
                 break
         else:
             chosen = default_choice(self._nodes[i], free.tolist(), ask)
@@ -182,10 +181,10 @@ class DeviceLedger:
         for pod in pods:
             devices = planned.get(pod.uid)
             if devices is not None:
-                why = refusal(free, GpuAsk.of(pod), devices)
-                if why is not None:
-                    return Status.unschedulable(f"{pod.key}: {why}")
-                take(free, GpuAsk.of(pod), devices)
+                try:
+                    take(free, GpuAsk.of(pod), devices)  # checks first, changes nothing if not
+                except GpuOvercommit as refused:
+                    return Status.unschedulable(f"{pod.key}: {refused}")
         asks = [GpuAsk.of(p) for p in pods if p.uid not in planned]
         for ask in sorted(asks, key=lambda a: (-a.milli, -a.count)):
             if not ask.count:
@@ -230,3 +229,12 @@ def _overcommitted(
     if count == ask.count:
         return ask, devices
     return (GpuAsk(count, ask.milli, ask.models) if count else NO_GPU), devices
+
+
+def _took(free: np.ndarray, ask: GpuAsk, devices: tuple[int, ...]) -> bool:
+    """``take`` ``devices`` if they are usable (one check instead of ``usable`` then ``take``)."""
+    try:
+        take(free, ask, devices)
+    except GpuOvercommit:
+        return False
+    return True
