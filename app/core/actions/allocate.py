@@ -21,7 +21,7 @@ from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
-from app.core.state.cache import NodeView, shortfall
+from app.core.state.cache import NodeView, shortfall, vector
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
 _LOCALITY = 0.5
@@ -88,7 +88,7 @@ def allocate(
         if row is None:
             result.unplaced.append(pod)
             continue
-        used[row] += np.asarray(pod.requests, dtype=np.int64)
+        used[row] += vector(pod.requests)
         if ask.count:
             node = view.nodes[row]
             free = gpu_free[row, : device_count(node)]

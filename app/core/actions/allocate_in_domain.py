@@ -47,7 +47,7 @@ from app.core.model import labels
 from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.registry import Constraint, constraint_of, eligible
-from app.core.state.cache import NodeView
+from app.core.state.cache import NodeView, vector
 from app.core.state.domains import Ask, Tree
 
 #: At most this many placements are tried per level (the pruning usually makes it one).
@@ -208,7 +208,7 @@ def _demand(
         columns, level_sums = memo.columns(view, tree, masks, kinds)
     rows = [view.index[n] for n in pinned if n in view.index]
     return _Demand(
-        total=np.sum([np.asarray(p.requests, dtype=np.int64) for p in members], axis=0),
+        total=np.sum([vector(p.requests) for p in members], axis=0),
         columns=columns,
         counts=np.array(list(kinds.values()), dtype=np.int64),
         pinned=np.array(rows, dtype=np.int64),

@@ -20,7 +20,7 @@ from app.core.cycle.plans import Eviction, Plan
 from app.core.gpu.ask import GpuAsk, give, take
 from app.core.gpu.ledger import device_count
 from app.core.model.values import Resources
-from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot
+from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 
@@ -119,7 +119,7 @@ class Session:
                 self._take_back(uid)
             used, gpu_free = self._writable()
             row = self._base_free.index[node]
-            used[row] += np.asarray(pod.requests, np.int64)
+            used[row] += vector(pod.requests)
             chosen = devices.get(uid, ())
             if chosen:
                 count = device_count(self._base_free.nodes[row])
@@ -198,7 +198,7 @@ class Session:
         if row is None:
             return
         used, gpu_free = self._writable()
-        used[row] -= np.asarray(pod.requests, np.int64)
+        used[row] -= vector(pod.requests)
         if devices:
             count = device_count(self._base_free.nodes[row])
             ask = GpuAsk.of(pod)

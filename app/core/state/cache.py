@@ -201,6 +201,22 @@ def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = Non
     return releases(snapshot, pods, view).freed(view)
 
 
+_VECTORS: dict[Resources, np.ndarray] = {}
+
+
+def vector(requests: Resources) -> np.ndarray:
+    """``requests`` as an int64 array (read-only, shared: one per distinct amount). Pods ask
+    for a handful of distinct amounts, and converting a tuple costs more than the sum."""
+    found = _VECTORS.get(requests)
+    if found is None:
+        if len(_VECTORS) >= 4096:
+            _VECTORS.clear()
+        found = np.asarray(requests, dtype=np.int64)
+        found.setflags(write=False)
+        _VECTORS[requests] = found
+    return found
+
+
 def shortfall(requests: Resources, free: Iterable[int]) -> str:
     """Why ``requests`` do not fit into ``free``: ``"needs 4 nvidia.com/gpu, 2 free"``."""
     parts = [
@@ -527,17 +543,17 @@ class ClusterCache:
         if current and old_req is not None:
             i = self._index.get(current)
             if i is not None:
-                self._used[i] -= old_req
+                self._used[i] -= vector(old_req)
             key = self._queue_applied.pop(uid, None)
             if key is not None:
-                self._queue_used[key] -= old_req
+                self._queue_used[key] -= vector(old_req)
         if target:
             self._placement[uid] = target
             if uid not in self._reserved:
                 self._bound_at.setdefault(uid, self._wall())
             i = self._index.get(target)
             if i is not None:
-                self._used[i] += new_req
+                self._used[i] += vector(new_req)
             pod = self._pods.get(uid)
             if pod is not None:
                 self._devices.place(uid, target, pod, devices)
@@ -546,7 +562,7 @@ class ClusterCache:
                 held = self._queue_used.get(key)
                 self._queue_used[key] = (
                     held if held is not None else np.zeros(_R, np.int64)
-                ) + new_req
+                ) + vector(new_req)
                 self._queue_applied[uid] = key
         else:
             self._placement.pop(uid, None)
@@ -698,7 +714,7 @@ class ClusterCache:
             i = self._index.get(node)
             if i is None:
                 return Status.unresolvable(f"node {node} is gone")
-            needed[i] = needed.get(i, np.zeros(_R, np.int64)) + np.asarray(pod.requests)
+            needed[i] = needed.get(i, np.zeros(_R, np.int64)) + vector(pod.requests)
             todo.append((uid, node, i))
         for i, need in needed.items():
             if force:

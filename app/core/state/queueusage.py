@@ -10,7 +10,7 @@ import numpy as np
 from app.core.model.gang import gang_spec
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
-from app.core.state.cache import QueueKey, queue_key
+from app.core.state.cache import QueueKey, queue_key, vector
 
 _R = 4
 
@@ -92,5 +92,5 @@ def demand_of(pods: Iterable[Pod]) -> np.ndarray:
     """The summed requests of ``pods``."""
     total = np.zeros(_R, np.int64)
     for pod in pods:
-        total += np.asarray(pod.requests, dtype=np.int64)
+        total += vector(pod.requests)
     return total
