@@ -7,6 +7,7 @@ import logging
 from typing import TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
@@ -44,6 +45,10 @@ def parse_body(model: type[M], body: bytes) -> M:
         if first["type"] == "json_invalid":
             raise BadRequest(400, f"malformed JSON: {first['msg']}") from None
         field = _location(tuple(first["loc"]))
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            # A tagged union (what-if workloads by kind): the tag is the field.
+            tag = str((first.get("ctx") or {}).get("discriminator", "")).strip("'")
+            field = f"{field}.{tag}" if field and tag else field or tag
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
         where = f"{field}: " if field else ""
         raise BadRequest(422, f"{where}{first['msg']}{more}", field) from None
@@ -60,6 +65,15 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(BadRequest)
     async def _bad_request(request: Request, exc: BadRequest) -> JSONResponse:
         return JSONResponse({"error": exc.message, "field": exc.field}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Path and query parameters FastAPI checks itself: the same answer as a bad body.
+        first = exc.errors()[0]
+        loc = tuple(first.get("loc", ()))
+        field = _location(loc[1:] if loc and loc[0] in ("path", "query", "body") else loc)
+        problem = f"{field}: {first.get('msg', 'invalid')}" if field else first.get("msg", "")
+        return JSONResponse({"error": problem, "field": field}, status_code=422)
 
     @app.exception_handler(json.JSONDecodeError)
     async def _bad_json(request: Request, exc: json.JSONDecodeError) -> JSONResponse:

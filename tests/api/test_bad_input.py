@@ -80,7 +80,7 @@ BAD = [
             Pod=POD,
             Nodes={
                 "items": [
-                    {"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "1e40"}}}
+                    {"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "-1Gi"}}}
                 ]
             },
         ),

@@ -19,6 +19,8 @@ from typing import Any
 
 from app.core.actions.victims import running_units
 from app.core.admission.workloads import (
+    JOBSET,
+    REPLICATED_JOB,
     WorkloadRef,
     gang_of,
     kind_of,
@@ -111,7 +113,9 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
         name = _name(body.get("name") or meta.get("name"), "workload.metadata.name")
         ref = WorkloadRef(kind, namespace, name, f"{kind.kind} {namespace}/{name}", name)
         templates = _wrap(lambda: member_templates(kind, workload), "workload")
-        gang = _wrap(lambda: gang_of(ref, workload, {}), "workload")
+        # A staged JobSet's gang is one step: the first, whose pods the templates are.
+        step = {REPLICATED_JOB: templates[0].role} if kind == JOBSET else {}
+        gang = _wrap(lambda: gang_of(ref, workload, step), "workload")
         minimum, basis = gang.min_member, f"{kind.kind}: {gang.basis}"
         overrides.setdefault("queue", gang.queue or None)
         members = [(t.role, t.count, t.template) for t in templates]
@@ -130,11 +134,12 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
     if total > MAX_PODS:
         raise InvalidInput("replicas", f"{total} pods; at most {MAX_PODS}")
     if body.get("minMember") is not None:
+        # More than the job's pods is a job that could never start: the answer says so.
         minimum = body["minMember"]
-        if isinstance(minimum, bool) or not isinstance(minimum, int) or not 1 <= minimum <= total:
-            raise InvalidInput("minMember", f"expected 1..{total}, got {minimum!r}")
+        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+            raise InvalidInput("minMember", f"expected a positive integer, got {minimum!r}")
         basis = "minMember"
-    gang = total > 1 or has_workload
+    gang = total > 1 or has_workload or body.get("minMember") is not None
     pods = []
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for role, count, template in members:
