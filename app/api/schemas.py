@@ -17,6 +17,7 @@ document has no dangling references.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -241,3 +242,23 @@ def errors(*codes: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
         code: {"description": descriptions.get(f"e{code}", default[code]), "model": ErrorOut}
         for code in codes
     }
+
+
+def honest(document: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's generated document made to match this server: the 422 it describes for
+    parameter errors (``HTTPValidationError``) is answered by ``app.api.errors`` as
+    ``ErrorOut``, so every such response says that instead."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault("ErrorOut", schema_of(ErrorOut))
+    fastapi_422 = "#/components/schemas/HTTPValidationError"
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answer = operation.get("responses", {}).get("422")
+            content = (answer or {}).get("content", {}).get(_JSON, {})
+            if content.get("schema", {}).get("$ref") == fastapi_422:
+                answer["description"] = "a parameter is wrong; `field` names it"
+                content["schema"] = {"$ref": "#/components/schemas/ErrorOut"}
+    if fastapi_422 not in json.dumps(document["paths"]):
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+    return document
