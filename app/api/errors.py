@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
 from app.core.model.errors import InvalidInput
 
@@ -18,7 +19,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class BadRequest(Exception):
-    """A request Muster cannot act on; ``status`` is 400 (not JSON) or 422 (wrong content)."""
+    """A request Muster cannot act on: 400 when the body as a whole is wrong (empty, not JSON,
+    not a JSON object; ``field`` empty), 422 when a field is (``field`` names it)."""
 
     def __init__(self, status: int, message: str, field: str = "") -> None:
         super().__init__(message)
@@ -35,7 +37,10 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 
 def parse_body(model: type[M], body: bytes) -> M:
-    """Validate a JSON body against ``model``; raise ``BadRequest`` naming the field."""
+    """Validate a JSON body against ``model``; raise ``BadRequest`` naming the field.
+
+    A model-level rule names its field by raising ``PydanticCustomError`` with ``field`` in
+    its context (``one_of``)."""
     if not body.strip():
         raise BadRequest(400, "empty request body; expected a JSON object")
     try:
@@ -44,7 +49,10 @@ def parse_body(model: type[M], body: bytes) -> M:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
             raise BadRequest(400, f"malformed JSON: {first['msg']}") from None
-        field = _location(tuple(first["loc"]))
+        if not first["loc"] and first["type"] == "model_type":
+            kind = type(first["input"]).__name__
+            raise BadRequest(400, f"expected a JSON object, got {kind}") from None
+        field = _location(tuple(first["loc"])) or str((first.get("ctx") or {}).get("field", ""))
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             # A tagged union (what-if workloads by kind): the tag is the field.
             tag = str((first.get("ctx") or {}).get("discriminator", "")).strip("'")
@@ -78,3 +86,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(json.JSONDecodeError)
     async def _bad_json(request: Request, exc: json.JSONDecodeError) -> JSONResponse:
         return JSONResponse({"error": f"malformed JSON: {exc}", "field": ""}, status_code=400)
+
+
+def one_of(*names: str) -> PydanticCustomError:
+    """The error of a model whose ``names`` are all missing (or null): names the first."""
+    listed = " or ".join(names)
+    return PydanticCustomError(
+        "missing_one_of", f"one of {listed} is required", {"field": names[0]}
+    )

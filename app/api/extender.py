@@ -211,7 +211,12 @@ async def preempt(request: Request) -> Response:
         elif args.NodeNameToVictims is not None:
             candidates = full_victims
         else:
-            raise BadRequest(422, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
+            raise BadRequest(
+                422,
+                "NodeNameToMetaVictims: one of NodeNameToMetaVictims or NodeNameToVictims is "
+                "required",
+                "NodeNameToMetaVictims",
+            )
         kept = services.extender.preempt(pod, candidates, given)
         metrics.preempt_nodes.labels("kept").inc(len(kept))
         metrics.preempt_nodes.labels("vetoed").inc(len(candidates) - len(kept))

@@ -233,7 +233,7 @@ def body(model: type[BaseModel]) -> dict[str, Any]:
 def errors(*codes: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
     """``responses`` for the 4xx a route answers, each with the ``ErrorOut`` body."""
     default = {
-        400: "the body is empty or not JSON",
+        400: "the body is empty, not JSON or not a JSON object (`field` is empty)",
         404: "not found",
         422: "a field is wrong; `field` names it",
         503: "not ready",

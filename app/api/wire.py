@@ -22,6 +22,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from app.api.errors import one_of
 from app.api.schemas import NODE, POD
 
 #: An embedded Pod / Node: raw JSON here, documented with what ``app.core.model.parse`` reads.
@@ -85,7 +86,7 @@ class ExtenderArgs(_Wire):
     @model_validator(mode="after")
     def _has_candidates(self) -> ExtenderArgs:
         if self.Nodes is None and self.NodeNames is None:
-            raise ValueError("one of NodeNames or Nodes is required")
+            raise one_of("NodeNames", "Nodes")
         return self
 
 

@@ -3,9 +3,9 @@
 * schemathesis (dev extras) reads ``/openapi.json`` and runs every operation - extender verbs,
   webhooks, debug, explain, what-if, health, metrics - through all its phases with all its
   checks (``--checks all``): no server error, every status code, content type and body as
-  documented, every schema-valid request accepted and every schema-violating one refused. A
-  fixed seed and a fixed number of examples per operation bound the run and make it
-  reproducible; the figures are printed.
+  documented, every schema-valid request accepted and every schema-violating one refused;
+  plus ours (``fuzz_hooks.py``): every 4xx names its field. A fixed seed and a fixed number of
+  examples per operation bound the run and make it reproducible; the figures are printed.
 * The AdmissionReview endpoints get well-formed reviews around malformed pods (hypothesis):
   the answer is always a review (200) echoing the uid, and a pod Muster cannot read is named.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from tests.conftest import running
 #: boundary cases: about 5 000 requests in all, well under a minute here).
 MAX_EXAMPLES = 25
 SEED = 20261125
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def schemathesis_binary() -> str:
@@ -50,22 +52,30 @@ def server() -> Iterator[httpx.Client]:
 
 def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_path: Path) -> None:
     url = f"{server.base_url}/openapi.json"
-    report = tmp_path / "run.json"
+    report, checked = tmp_path / "run.json", tmp_path / "checked-4xx"
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "MUSTER_FUZZ_CHECKED": str(checked),
+    }
     argv = [
         schemathesis_binary(), "run", url, "--checks", "all",
         "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED),
         "--request-timeout", "30", "--no-color",
         "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          check=False)  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)  # fmt: skip
     assert report.exists(), done.stdout[-4000:] + done.stderr[-2000:]
     run = json.loads(report.read_text())
     cases = run["test_cases"]
+    named = checked.read_text().split() if checked.exists() else []
     print(  # the figures the README quotes
         f"schemathesis {run['schemathesis_version']}: {run['operations']['tested']} operations, "
         f"{cases['generated']} cases generated, {cases['with_failures']} with failures, "
-        f"{cases['errored']} errored, {run['running_time']:.0f} s"
+        f"{cases['errored']} errored, {len(named)} 4xx answers checked for their field, "
+        f"{run['running_time']:.0f} s"
     )
     assert done.returncode == 0, done.stdout[-6000:]
     assert run["complete"] and run["exit_code"] == 0
@@ -79,6 +89,37 @@ def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_pa
     # disagrees with, operations rarely given a valid request.
     assert {k: v for k, v in run["warnings"].items() if v} == {}
     assert cases["generated"] > 1000
+    assert {"400", "422"} <= set(named), "the field check did not run (SCHEMATHESIS_HOOKS)"
+
+
+class Answer:
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status_code, self.body = status, body
+
+    def json(self) -> dict[str, Any]:
+        return self.body
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "good"),
+    [
+        (422, {"error": "Pod.metadata.name: missing", "field": "Pod.metadata.name"}, True),
+        (422, {"error": "one of NodeNames or Nodes is required", "field": ""}, False),
+        (422, {"error": "missing", "field": "Pod"}, False),
+        (400, {"error": "malformed JSON: EOF", "field": ""}, True),
+        (400, {"error": "not an AdmissionReview: request.uid: too short", "field": ""}, False),
+        (400, {"detail": "bad"}, False),
+        (200, {}, None),
+    ],
+)
+def test_the_field_check_itself(status: int, body: dict[str, Any], good: bool | None) -> None:
+    from tests.api.fuzz_hooks import four_xx_names_its_field
+
+    if good is False:
+        with pytest.raises(AssertionError):
+            four_xx_names_its_field(None, Answer(status, body), None)
+    else:
+        assert four_xx_names_its_field(None, Answer(status, body), None) is good or good is None
 
 
 def test_the_document_has_no_dangling_references_and_every_answer_is_described(
