@@ -27,8 +27,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import certs
 from app.main import create_app
-from tests.conftest import running
+from app.server import plan_listeners
+from app.settings import Settings
+from tests.conftest import free_port, running
+from tests.https import LOOPBACK, running_server
 
 #: Examples per operation in schemathesis' fuzzing phase (its coverage phase adds its own
 #: boundary cases: about 5 000 requests in all, well under a minute here).
@@ -50,8 +54,11 @@ def server() -> Iterator[httpx.Client]:
         yield client
 
 
-def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_path: Path) -> None:
-    url = f"{server.base_url}/openapi.json"
+def fuzz(
+    document: str, tmp_path: Path, *extra: str, examples: int = MAX_EXAMPLES
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], list[str]]:
+    """Run schemathesis with all checks (ours included) on ``document``; the process, its JSON
+    report and the status codes our field check saw."""
     report, checked = tmp_path / "run.json", tmp_path / "checked-4xx"
     env = {
         **os.environ,
@@ -60,17 +67,21 @@ def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_pa
         "MUSTER_FUZZ_CHECKED": str(checked),
     }
     argv = [
-        schemathesis_binary(), "run", url, "--checks", "all",
-        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED),
+        schemathesis_binary(), "run", document, "--checks", "all",
+        "--max-examples", str(examples), "--seed", str(SEED),
         "--request-timeout", "30", "--no-color",
-        "--report", "json", "--report-json-path", str(report),
+        "--report", "json", "--report-json-path", str(report), *extra,
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=900, check=False)  # fmt: skip
     assert report.exists(), done.stdout[-4000:] + done.stderr[-2000:]
-    run = json.loads(report.read_text())
-    cases = run["test_cases"]
     named = checked.read_text().split() if checked.exists() else []
+    return done, json.loads(report.read_text()), named
+
+
+def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_path: Path) -> None:
+    done, run, named = fuzz(f"{server.base_url}/openapi.json", tmp_path)
+    cases = run["test_cases"]
     print(  # the figures the README quotes
         f"schemathesis {run['schemathesis_version']}: {run['operations']['tested']} operations, "
         f"{cases['generated']} cases generated, {cases['with_failures']} with failures, "
@@ -90,6 +101,33 @@ def test_schemathesis_finds_nothing_with_all_checks(server: httpx.Client, tmp_pa
     assert {k: v for k, v in run["warnings"].items() if v} == {}
     assert cases["generated"] > 1000
     assert {"400", "422"} <= set(named), "the field check did not run (SCHEMATHESIS_HOOKS)"
+
+
+def test_schemathesis_through_the_mutual_tls_extender_listener(tmp_path: Path) -> None:
+    """deploy/'s listeners: the document from the ops port, the extender verbs fuzzed on the
+    extender port over mutual TLS with kube-scheduler's certificate from ``muster certs``."""
+    ca = certs.make_ca()
+    serving = certs.issue(ca, certs.service_names("muster", "muster-system"), [LOOPBACK])
+    pki = tmp_path / "pki"
+    certs.write(pki, ca, serving, certs.issue_client(ca))
+    port, ops = free_port(), free_port()
+    settings = Settings(demo=True, tls_cert=pki / "tls.crt", tls_key=pki / "tls.key",
+                        client_ca=pki / "ca.crt", webhook_port=free_port(),
+                        ops_listen=f"{LOOPBACK}:{ops}")  # fmt: skip
+    with running_server(create_app(settings), plan_listeners(settings, LOOPBACK, port)):
+        done, run, named = fuzz(
+            f"http://{LOOPBACK}:{ops}/openapi.json", tmp_path, "--url",
+            f"https://{LOOPBACK}:{port}", "--include-tag", "extender",
+            "--request-cert", str(pki / "client.crt"), "--request-cert-key",
+            str(pki / "client.key"), "--tls-verify", str(pki / "ca.crt"), examples=10,
+        )  # fmt: skip
+    cases = run["test_cases"]
+    print(f"over mutual TLS: {run['operations']['tested']} operations, {cases['generated']} "
+          f"cases generated, {cases['with_failures']} with failures")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert run["operations"]["tested"] == 4  # filter, prioritize, preempt, bind
+    assert (cases["with_failures"], cases["errored"]) == (0, 0) and cases["generated"] > 100
+    assert "422" in named
 
 
 class Answer:

@@ -171,6 +171,16 @@ BAD = [
     ({"workload": {"apiVersion": "apps/v1", "kind": "Deployment"}}, "workload.kind"),
     ({"workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
                    "spec": {"parallelism": -1}}}, "workload.spec.parallelism"),
+    # A template that starts no pod now is checked all the same (found by fuzzing).
+    ({"workload": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+                   "spec": {"workerGroupSpecs": [{"replicas": 0, "template": {
+                       "spec": {"tolerations": 5}}}]}}},
+     "workload template worker0.spec.tolerations"),
+    ({"workload": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                   "metadata": {"name": "l"}, "spec": {"leaderWorkerTemplate": {
+                       "size": 1, "leaderTemplate": {}, "workerTemplate": {
+                           "spec": {"priority": "x"}}}}}},
+     "workload template worker.spec.priority"),
 ]  # fmt: skip
 
 

@@ -114,7 +114,8 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
         ref = WorkloadRef(kind, namespace, name, f"{kind.kind} {namespace}/{name}", name)
         templates = _wrap(lambda: member_templates(kind, workload), "workload")
         # A staged JobSet's gang is one step: the first, whose pods the templates are.
-        step = {REPLICATED_JOB: templates[0].role} if kind == JOBSET else {}
+        first = next(t.role for t in templates if t.count > 0)
+        step = {REPLICATED_JOB: first} if kind == JOBSET else {}
         gang = _wrap(lambda: gang_of(ref, workload, step), "workload")
         minimum, basis = gang.min_member, f"{kind.kind}: {gang.basis}"
         overrides.setdefault("queue", gang.queue or None)
@@ -144,6 +145,8 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for role, count, template in members:
         where = f"workload template {role or 'pod'}" if has_workload else "pod"
+        if count == 0:  # starts no pod now, but a broken template is still refused
+            pod_from_dict(_pod_json(template, name, namespace, stamp, scheduler_name, where), where)
         for i in range(count):
             member = f"{name}-{role}-{i}" if role else f"{name}-{i}" if total > 1 else name
             data = _pod_json(template, member, namespace, stamp, scheduler_name, where)
