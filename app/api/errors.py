@@ -30,9 +30,16 @@ class BadRequest(Exception):
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
+    """``("Pod", "spec", "containers", 0)`` -> ``Pod.spec.containers[0]``; an empty key is
+    ``[""]`` (a JSON object may have one; the field must still be named)."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "":
+            path += '[""]'
+        else:
+            path += f".{part}" if path else part
     return path
 
 

@@ -86,6 +86,7 @@ def test_whatif_refuses_bad_bodies_naming_the_field() -> None:
             (b'{"workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, '
              b'"spec": {"parallelism": 0}}}', 422, "workload.Job.spec.parallelism"),
             (b'{"pod": {}, "topology": {}}', 422, "topology"),
+            (b'{"pod": {}, "": 1}', 422, '[""]'),  # an empty key is still named
         ]:
             answer = client.post("/whatif", content=body)
             assert answer.status_code == status, (body, answer.text)

@@ -171,7 +171,9 @@ BAD = [
     ({"workload": {"apiVersion": "apps/v1", "kind": "Deployment"}}, "workload.kind"),
     ({"workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
                    "spec": {"parallelism": -1}}}, "workload.spec.parallelism"),
-    # A template that starts no pod now is checked all the same (found by fuzzing).
+    # A template that starts no pod now, or whose bad field an override would replace, is
+    # checked all the same (both found by fuzzing).
+    ({"pod": {"spec": {"priority": False}}, "priority": 5}, "pod.spec.priority"),
     ({"workload": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
                    "spec": {"workerGroupSpecs": [{"replicas": 0, "template": {
                        "spec": {"tolerations": 5}}}]}}},

@@ -145,8 +145,9 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for role, count, template in members:
         where = f"workload template {role or 'pod'}" if has_workload else "pod"
-        if count == 0:  # starts no pod now, but a broken template is still refused
-            pod_from_dict(_pod_json(template, name, namespace, stamp, scheduler_name, where), where)
+        # The template as given is checked once, before the overrides could hide a bad field,
+        # and also when it starts no pod now (a later JobSet step, an empty worker group).
+        pod_from_dict(_pod_json(template, name, namespace, stamp, scheduler_name, where), where)
         for i in range(count):
             member = f"{name}-{role}-{i}" if role else f"{name}-{i}" if total > 1 else name
             data = _pod_json(template, member, namespace, stamp, scheduler_name, where)
