@@ -20,7 +20,8 @@ M = TypeVar("M", bound=BaseModel)
 
 class BadRequest(Exception):
     """A request Muster cannot act on: 400 when the body as a whole is wrong (empty, not JSON,
-    not a JSON object; ``field`` empty), 422 when a field is (``field`` names it)."""
+    not a JSON object; ``field`` empty), 422 when a field is (``field`` names it), 404 when a
+    path parameter names nothing there is."""
 
     def __init__(self, status: int, message: str, field: str = "") -> None:
         super().__init__(message)

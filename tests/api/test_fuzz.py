@@ -179,7 +179,7 @@ def test_the_document_has_no_dangling_references_and_every_answer_is_described(
                 assert body.get("properties"), path
             if "parameters" in operation or path == "/whatif":
                 assert "422" in codes, (path, codes)
-            for code in codes - {"200"}:
+            for code in {c for c in codes if c[0] in "45"}:
                 content = operation["responses"][code]["content"]["application/json"]
                 schema = content["schema"]
                 assert "$ref" in schema or "properties" in schema, (path, code)
