@@ -7,8 +7,9 @@ the CA named in the webhook configurations' ``caBundle``; kube-scheduler calls t
 ``tlsConfig``) that Muster checks against the same CA (``muster serve --client-ca ca.crt``).
 This makes that CA (or reuses the one already in the output directory, so the caBundle and the
 trust stay the same across renewals), issues a serving certificate for the Service's DNS names
-(extended key usage serverAuth) and a client certificate for kube-scheduler (clientAuth only,
-so neither can stand in for the other), and writes::
+(extended key usage serverAuth, and clientAuth: follower replicas forward verbs to the leader
+with it) and a client certificate for kube-scheduler (clientAuth only: it cannot serve), and
+writes::
 
     ca.crt  ca.key  tls.crt  tls.key  client.crt  client.key
                                       (keys mode 0600; tls.* and client.* each fit
@@ -128,11 +129,11 @@ def make_ca(common_name: str = "muster-webhook-ca", days: int = 3650) -> Pair:
 def _leaf(
     ca: Pair,
     subject: str,
-    usage: x509.ObjectIdentifier,
+    usages: Sequence[x509.ObjectIdentifier],
     sans: Sequence[x509.GeneralName],
     days: int,
 ) -> Pair:
-    """A new key and an end-entity certificate for it, signed by ``ca``, for one ``usage``."""
+    """A new key and an end-entity certificate for it, signed by ``ca``, for ``usages``."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     builder = (
@@ -145,7 +146,7 @@ def _leaf(
         .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
             critical=False,
@@ -167,14 +168,16 @@ def issue(ca: Pair, dns_names: Sequence[str], ips: Sequence[str] = (), days: int
         except ValueError as exc:
             raise MusterError(f"--ip {ip!r}: {exc}") from None
     subject = dns_names[2] if len(dns_names) > 2 else (dns_names or list(ips))[0]
-    return _leaf(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, sans, days)
+    # clientAuth too: a follower replica forwards the extender verbs to the leader with it.
+    usages = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    return _leaf(ca, subject, usages, sans, days)
 
 
 def issue_client(ca: Pair, common_name: str = SCHEDULER_CLIENT, days: int = 365) -> Pair:
     """A client certificate signed by ``ca`` (clientAuth only), for kube-scheduler."""
     if not common_name:
         raise MusterError("a client certificate needs a name (--client-name)")
-    return _leaf(ca, common_name, ExtendedKeyUsageOID.CLIENT_AUTH, (), days)
+    return _leaf(ca, common_name, (ExtendedKeyUsageOID.CLIENT_AUTH,), (), days)
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:

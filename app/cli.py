@@ -49,7 +49,11 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "renew_deadline_seconds": args.renew_deadline,
         "retry_period_seconds": args.retry_period,
         "advertise_url": args.advertise_url
-        or (f"http://{os.environ['POD_IP']}:{args.port}" if os.environ.get("POD_IP") else ""),
+        or (
+            f"{'https' if args.client_ca else 'http'}://{os.environ['POD_IP']}:{args.port}"
+            if os.environ.get("POD_IP")
+            else ""
+        ),
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -264,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often replicas try or renew the Lease (default 0.5)")  # fmt: skip
     s.add_argument("--advertise-url", default="", metavar="URL",
                    help="where the other replicas reach this one (default "
-                        "http://$POD_IP:PORT; used to forward verbs to the leader)")  # fmt: skip
+                        "http://$POD_IP:PORT, https with --client-ca; used to forward verbs to "
+                        "the leader)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments

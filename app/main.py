@@ -36,7 +36,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services.start()
         if services.election is not None:
-            app.state.forwarder = client_for_forwarding()
+            app.state.forwarder = client_for_forwarding(settings)
         try:
             yield
         finally:

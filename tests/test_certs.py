@@ -32,7 +32,8 @@ def test_serving_certificate_is_signed_by_the_ca_for_the_service_names() -> None
     assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    # clientAuth too: follower replicas forward the extender verbs to the leader with it.
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     ca_constraints = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert ca_constraints.ca is True and ca_constraints.path_length == 0
     assert cert.not_valid_after_utc <= ca.cert.not_valid_after_utc

@@ -1,8 +1,8 @@
 """The extender listener with client certificates (kube-scheduler's extender ``tlsConfig``) and
 the listeners' routes, over real TLS connections on loopback.
 
-A client without a certificate, with one from another CA, or with a serving certificate (no
-clientAuth usage) fails its handshake; kube-scheduler's certificate from ``muster certs`` is
+A client without a certificate, with one from another CA, or with a serverAuth-only
+certificate fails its handshake; kube-scheduler's certificate from ``muster certs`` is
 let in. A rotated client CA is picked up without a restart. Each route is served only on the
 listeners of its role (``app.api.listeners``).
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from app import certs
 from app.api.listeners import EXTENDER, OPS, ROLES, WEBHOOK, role_of
@@ -144,9 +145,14 @@ def test_extender_refuses_clients_without_a_certificate_from_its_ca(
     # A client certificate from another CA.
     other = handshake_refused(port, pki.client_context(*foreign_client(tmp_path / "other")))
     assert other, "a client with a foreign certificate was answered"
-    # Muster's own serving certificate, same CA but serverAuth only: not a client certificate.
-    serving = handshake_refused(port, pki.client_context(pki.file("tls.crt"), pki.file("tls.key")))
-    assert serving, "a serving certificate was accepted as a client certificate"
+    # A certificate from the right CA without clientAuth is not a client certificate.
+    server_only = certs._leaf(pki.ca, "x", (ExtendedKeyUsageOID.SERVER_AUTH,), (), 1)
+    (tmp_path / "so").mkdir()
+    (tmp_path / "so" / "c.crt").write_bytes(server_only.cert_pem())
+    (tmp_path / "so" / "c.key").write_bytes(server_only.key_pem())
+    serving = handshake_refused(port, pki.client_context(tmp_path / "so" / "c.crt",
+                                                         tmp_path / "so" / "c.key"))  # fmt: skip
+    assert serving, "a serverAuth-only certificate was accepted as a client certificate"
     # httpx (what a user's script would use) fails too, and never sees an HTTP status.
     with httpx.Client(verify=pki.client_context()) as anonymous, pytest.raises(httpx.HTTPError):
         anonymous.post(f"https://{LOOPBACK}:{port}/filter", json=FILTER_BODY)
@@ -266,3 +272,30 @@ def test_serve_refuses_a_client_ca_without_a_serving_pair(
     assert "--client-ca needs --tls-cert and --tls-key" in caplog.text
     assert main(["serve", "--demo", "--ops-listen", "nonsense"]) == 2
     assert "expected HOST:PORT" in caplog.text
+
+
+def test_a_follower_forwards_to_a_mutual_tls_leader_with_its_serving_certificate(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """With --client-ca the leader's extender port wants a client certificate from followers
+    too: the follower presents its serving certificate and checks the leader's chain."""
+    from tests.api.test_forward import follower
+
+    port = free_port()
+    settings = Settings(demo=True, tls_cert=pki.file("tls.crt"), tls_key=pki.file("tls.key"),
+                        client_ca=pki.file("ca.crt"), webhook_port=free_port())  # fmt: skip
+    with running_server(create_app(settings), plan_listeners(settings, LOOPBACK, port)):
+        services = follower(f"https://{LOOPBACK}:{port}")
+        services.settings = settings
+        replica = create_app(settings, services=services)
+        from tests.conftest import running
+
+        with running(replica) as client:
+            answer = client.post("/filter", json=FILTER_BODY)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["NodeNames"] == []
+        # Without the client certificate the leader refuses the forwarded call.
+        plain = follower(f"https://{LOOPBACK}:{port}")
+        with running(create_app(Settings(demo=True), services=plain)) as client:
+            refused = client.post("/filter", json=FILTER_BODY)
+            assert refused.status_code == 503 and "did not answer" in refused.json()["detail"]
