@@ -20,7 +20,8 @@ RUN groupadd --system --gid 10001 muster \
 COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links=/wheels muster && rm -rf /wheels
 USER 10001:10001
-# 8888: the extender (plain HTTP, for kube-scheduler); 8443: the admission webhooks (HTTPS).
-EXPOSE 8888 8443
+# 8888: the extender (kube-scheduler; HTTPS with client certificates under --client-ca);
+# 8443: the admission webhooks (HTTPS); 9090: ops (--ops-listen: health, metrics, debug).
+EXPOSE 8888 8443 9090
 ENTRYPOINT ["muster"]
 CMD ["serve", "--in-cluster", "--host=0.0.0.0", "--port=8888"]

@@ -1,11 +1,19 @@
-"""``muster certs``: a CA and a serving certificate for the webhook, and the caBundle.
+"""``muster certs``: a CA, Muster's serving certificate, kube-scheduler's client certificate,
+and the caBundle.
 
 The API server calls the webhook at ``https://muster.muster-system.svc:8443`` and trusts only
-the CA named in the webhook configurations' ``caBundle``. This makes that CA (or reuses the one
-already in the output directory, so the caBundle stays the same across renewals), issues a
-serving certificate for the Service's DNS names, writes::
+the CA named in the webhook configurations' ``caBundle``; kube-scheduler calls the extender at
+``https://muster.muster-system.svc:8888`` with a client certificate (its extender
+``tlsConfig``) that Muster checks against the same CA (``muster serve --client-ca ca.crt``).
+This makes that CA (or reuses the one already in the output directory, so the caBundle and the
+trust stay the same across renewals), issues a serving certificate for the Service's DNS names
+(extended key usage serverAuth, and clientAuth: follower replicas forward verbs to the leader
+with it) and a client certificate for kube-scheduler (clientAuth only: it cannot serve), and
+writes::
 
-    ca.crt  ca.key  tls.crt  tls.key      (keys mode 0600; tls.* fit `kubectl create secret tls`)
+    ca.crt  ca.key  tls.crt  tls.key  client.crt  client.key
+                                      (keys mode 0600; tls.* and client.* each fit
+                                       `kubectl create secret tls`)
 
 prints the base64 caBundle on stdout (and nothing else there), and with ``--patch`` writes it
 into every webhook of the Mutating- and ValidatingWebhookConfiguration through the API.
@@ -37,6 +45,9 @@ from app.core.model.errors import MusterError
 log = logging.getLogger("muster.certs")
 
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+CLIENT_CERT, CLIENT_KEY = "client.crt", "client.key"
+#: The client certificate's subject: kube-scheduler's own user name, for logs and audit.
+SCHEDULER_CLIENT = "system:kube-scheduler"
 #: Issued certificates start this long in the past, so a slightly slow clock accepts them.
 _BACKDATE = dt.timedelta(hours=1)
 
@@ -115,6 +126,37 @@ def make_ca(common_name: str = "muster-webhook-ca", days: int = 3650) -> Pair:
     return Pair(cert, key)
 
 
+def _leaf(
+    ca: Pair,
+    subject: str,
+    usages: Sequence[x509.ObjectIdentifier],
+    sans: Sequence[x509.GeneralName],
+    days: int,
+) -> Pair:
+    """A new key and an end-entity certificate for it, signed by ``ca``, for ``usages``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return Pair(builder.sign(ca.key, hashes.SHA256()), key)
+
+
 def issue(ca: Pair, dns_names: Sequence[str], ips: Sequence[str] = (), days: int = 365) -> Pair:
     """A serving certificate signed by ``ca`` for ``dns_names`` and ``ips`` (SANs)."""
     if not dns_names and not ips:
@@ -125,31 +167,17 @@ def issue(ca: Pair, dns_names: Sequence[str], ips: Sequence[str] = (), days: int
             sans.append(x509.IPAddress(ipaddress.ip_address(ip)))
         except ValueError as exc:
             raise MusterError(f"--ip {ip!r}: {exc}") from None
-    key = ec.generate_private_key(ec.SECP256R1())
     subject = dns_names[2] if len(dns_names) > 2 else (dns_names or list(ips))[0]
-    now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            _key_usage(ca=False),
-            critical=True,
-        )  # fmt: skip
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-            critical=False,
-        )
-        .sign(ca.key, hashes.SHA256())
-    )
-    return Pair(cert, key)
+    # clientAuth too: a follower replica forwards the extender verbs to the leader with it.
+    usages = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    return _leaf(ca, subject, usages, sans, days)
+
+
+def issue_client(ca: Pair, common_name: str = SCHEDULER_CLIENT, days: int = 365) -> Pair:
+    """A client certificate signed by ``ca`` (clientAuth only), for kube-scheduler."""
+    if not common_name:
+        raise MusterError("a client certificate needs a name (--client-name)")
+    return _leaf(ca, common_name, (ExtendedKeyUsageOID.CLIENT_AUTH,), (), days)
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -180,8 +208,8 @@ def load_ca(directory: Path) -> Pair | None:
     return Pair(cert, key)
 
 
-def write(directory: Path, ca: Pair, serving: Pair) -> list[Path]:
-    """Write the four PEM files into ``directory`` (created if needed); return their paths."""
+def write(directory: Path, ca: Pair, serving: Pair, client: Pair | None = None) -> list[Path]:
+    """Write the PEM files into ``directory`` (created if needed); return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     files = [
         (CA_CERT, ca.cert_pem(), 0o644),
@@ -189,6 +217,8 @@ def write(directory: Path, ca: Pair, serving: Pair) -> list[Path]:
         (TLS_KEY, serving.key_pem(), 0o600),  # key before cert: a reloader waits for both
         (TLS_CERT, serving.cert_pem(), 0o644),
     ]
+    if client is not None:
+        files += [(CLIENT_KEY, client.key_pem(), 0o600), (CLIENT_CERT, client.cert_pem(), 0o644)]
     paths = []
     for name, data, mode in files:
         _write(directory / name, data, mode)
@@ -206,7 +236,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out-dir",
         type=Path,
         default=Path("muster-certs"),
-        help="where to write ca.crt, ca.key, tls.crt, tls.key (default ./muster-certs)",
+        help="where to write ca.crt, ca.key, tls.crt, tls.key, client.crt, client.key "
+        "(default ./muster-certs)",
     )
     add("--service", default="muster", help="the webhook Service (default muster)")
     add(
@@ -238,6 +269,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=365,
         help="validity of the serving certificate in days (default 365)",
+    )
+    add(
+        "--client-name",
+        default=SCHEDULER_CLIENT,
+        help=f"subject of kube-scheduler's client certificate (default {SCHEDULER_CLIENT})",
     )
     add(
         "--new-ca",
@@ -274,7 +310,8 @@ def command(args: argparse.Namespace) -> int:
             log.info("reusing the CA in %s (the caBundle stays the same)", args.out_dir)
         names = service_names(args.service, args.namespace, args.cluster_domain) + list(args.dns)
         serving = issue(ca, names, args.ip, args.days)
-        for path in write(args.out_dir, ca, serving):
+        client = issue_client(ca, args.client_name, args.days)
+        for path in write(args.out_dir, ca, serving, client):
             log.info("wrote %s", path)
         bundle = ca_bundle(ca)
         if args.patch:

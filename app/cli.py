@@ -39,6 +39,8 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
         "tls_key": Path(args.tls_key) if args.tls_key else None,
         "webhook_port": args.webhook_port,
+        "client_ca": Path(args.client_ca) if args.client_ca else None,
+        "ops_listen": args.ops_listen,
         "topology_keys": args.topology_keys,
         "leader_elect": args.leader_elect,
         "lease_name": args.lease_name,
@@ -47,7 +49,11 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "renew_deadline_seconds": args.renew_deadline,
         "retry_period_seconds": args.retry_period,
         "advertise_url": args.advertise_url
-        or (f"http://{os.environ['POD_IP']}:{args.port}" if os.environ.get("POD_IP") else ""),
+        or (
+            f"{'https' if args.client_ca else 'http'}://{os.environ['POD_IP']}:{args.port}"
+            if os.environ.get("POD_IP")
+            else ""
+        ),
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -63,9 +69,10 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the extender (HTTP) and, with TLS files, the webhook (HTTPS) until interrupted."""
+    """Run the extender, with TLS files the webhook (HTTPS), and with ``--ops-listen`` the
+    operations listener, until interrupted (``app.server.plan_listeners``)."""
     from app.main import create_app
-    from app.server import Listener, MusterServer
+    from app.server import MusterServer, plan_listeners
 
     if bool(args.tls_cert) != bool(args.tls_key):
         log.error("--tls-cert and --tls-key go together")
@@ -77,18 +84,15 @@ def serve(args: argparse.Namespace) -> int:
             "$KUBECONFIG or ~/.kube/config): running on the built-in demo cluster"
         )
     try:
+        listeners = plan_listeners(settings, args.host, args.port)
         app = create_app(settings)
     except MusterError as exc:
         log.error("cannot start: %s", exc)
         return 2
-    listeners = [Listener(args.host, args.port)]
-    if settings.tls_cert and settings.tls_key:
-        listeners.append(Listener(args.host, settings.webhook_port, settings.tls_cert,
-                                  settings.tls_key))  # fmt: skip
     server = MusterServer(app, listeners, log_level=args.log_level.lower(),
                           access_log=args.access_log)  # fmt: skip
     log.info("Muster %s: %s, listening on %s", __version__, settings.describe(),
-             ", ".join(listener.url for listener in listeners))  # fmt: skip
+             ", ".join(listener.describe() for listener in listeners))  # fmt: skip
     try:
         server.run()
     except MusterError as exc:
@@ -232,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert")
     s.add_argument("--webhook-port", type=int, default=8443,
                    help="HTTPS port when --tls-cert is given (default 8443)")  # fmt: skip
+    s.add_argument("--client-ca", metavar="FILE",
+                   help="require client certificates signed by this CA on --port, which then "
+                        "speaks HTTPS with --tls-cert (kube-scheduler's extender tlsConfig); "
+                        "the extender verbs are then served only there")  # fmt: skip
+    s.add_argument("--ops-listen", metavar="HOST:PORT",
+                   help="serve /healthz, /readyz, /metrics, /debug/*, /explain, /whatif and "
+                        "/openapi.json on this plain-HTTP address only (default: on every "
+                        "listener)")  # fmt: skip
     s.add_argument("--scheduler-name", default="muster",
                    help="schedulerName the webhook sets (default muster)")  # fmt: skip
     s.add_argument("--muster-namespace", default=os.environ.get("POD_NAMESPACE") or "muster-system",
@@ -256,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often replicas try or renew the Lease (default 0.5)")  # fmt: skip
     s.add_argument("--advertise-url", default="", metavar="URL",
                    help="where the other replicas reach this one (default "
-                        "http://$POD_IP:PORT; used to forward verbs to the leader)")  # fmt: skip
+                        "http://$POD_IP:PORT, https with --client-ca; used to forward verbs to "
+                        "the leader)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments

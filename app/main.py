@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
 from app.api.forward import ForwardToLeader, client_for_forwarding
+from app.api.schemas import honest
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -35,7 +36,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services.start()
         if services.election is not None:
-            app.state.forwarder = client_for_forwarding()
+            app.state.forwarder = client_for_forwarding(settings)
         try:
             yield
         finally:
@@ -57,4 +58,12 @@ def create_app(
     app.include_router(explain.whatif_router)
     if services.election is not None:
         app.add_middleware(ForwardToLeader, services=lambda: services)
+    generate = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = honest(generate())
+        return app.openapi_schema
+
+    app.openapi = document  # type: ignore[method-assign]
     return app

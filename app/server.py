@@ -1,10 +1,13 @@
-"""One Muster app served on several listeners: plain HTTP and HTTPS.
+"""One Muster app served on several listeners: the extender, the webhook, operations.
 
-kube-scheduler reaches the extender over plain HTTP (``http://muster.muster-system.svc:8888/``
-in scheduler-config/), while the API server calls admission webhooks over HTTPS only. Both
-listeners serve the *same* app - one cache, one set of services - from one event loop. The
-first listener runs the app's lifespan (the cluster watch starts and stops once); each HTTPS
-listener gets a ``CertReloader`` so renewed certificates are picked up without a restart.
+kube-scheduler reaches the extender on ``--port`` (HTTPS with a required client certificate
+when ``--client-ca`` is given, as in scheduler-config/; plain HTTP otherwise), the API server
+calls the admission webhooks over HTTPS on ``--webhook-port``, and ``--ops-listen`` may move
+health, metrics, debug, explain and what-if to a listener of their own (``app.api.listeners``
+says which route has which role). Every listener serves the *same* app - one cache, one set
+of services - from one event loop. The first listener runs the app's lifespan (the cluster
+watch starts and stops once); each HTTPS listener gets a ``CertReloader`` so renewed
+certificates (and client CAs) are picked up without a restart.
 
 SIGINT/SIGTERM stop every listener (uvicorn's own handlers would each stop only one).
 """
@@ -25,6 +28,9 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from app.api.listeners import EXTENDER, OPS, ROLES, WEBHOOK, RouteGate
+from app.core.model.errors import MusterError
+from app.settings import Settings
 from app.tls import DEFAULT_INTERVAL, CertReloader
 
 log = logging.getLogger("muster")
@@ -39,17 +45,73 @@ SWITCH_INTERVAL = 0.0005
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """An address to serve on; with ``certfile``/``keyfile`` it speaks HTTPS."""
+    """An address to serve on; with ``certfile``/``keyfile`` it speaks HTTPS, and with
+    ``client_ca`` it also requires a client certificate signed by that CA. It serves the routes
+    of ``roles`` (``app.api.listeners``; default: all)."""
 
     host: str
     port: int
     certfile: Path | None = None
     keyfile: Path | None = None
+    client_ca: Path | None = None
+    roles: frozenset[str] = ROLES
 
     @property
     def url(self) -> str:
         """``http(s)://host:port``."""
         return f"{'https' if self.certfile else 'http'}://{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        """``URL (roles[, client certificates])``, for the start-up log line."""
+        extra = ", client certificates required" if self.client_ca else ""
+        return f"{self.url} ({'+'.join(sorted(self.roles))}{extra})"
+
+
+def parse_address(text: str, what: str = "--ops-listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT`` too) -> ``(host, port)``; ``MusterError`` naming ``what``."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MusterError(f"{what} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9090")
+    return host, int(port)
+
+
+def plan_listeners(settings: Settings, host: str, port: int) -> list[Listener]:
+    """The listeners of a server, and the routes each serves.
+
+    * ``host:port`` - the extender; HTTPS with required client certificates when
+      ``settings.client_ca`` is set (then the extender verbs are served nowhere else).
+    * ``host:webhook_port`` - HTTPS for the admission webhooks, when a serving pair is set.
+    * ``settings.ops_listen`` - operations routes only; once it is set they leave the others.
+
+    ``MusterError`` for a combination that cannot work (a client CA without a serving pair).
+    """
+    tls = settings.tls_cert is not None and settings.tls_key is not None
+    if settings.client_ca is not None and not tls:
+        raise MusterError("--client-ca needs --tls-cert and --tls-key (the extender's HTTPS)")
+    ops_elsewhere = settings.ops_listen is not None
+    shared = set() if ops_elsewhere else {OPS}
+    mutual = settings.client_ca is not None
+    extender = Listener(
+        host,
+        port,
+        settings.tls_cert if mutual else None,
+        settings.tls_key if mutual else None,
+        settings.client_ca,
+        frozenset({EXTENDER, WEBHOOK} | shared),
+    )
+    listeners = [extender]
+    if tls:
+        roles = {WEBHOOK} | shared | (set() if mutual else {EXTENDER})
+        listeners.append(Listener(host, settings.webhook_port, settings.tls_cert,
+                                  settings.tls_key, roles=frozenset(roles)))  # fmt: skip
+    if settings.ops_listen is not None:
+        ops_host, ops_port = parse_address(settings.ops_listen)
+        listeners.append(Listener(ops_host, ops_port, roles=frozenset({OPS})))
+    taken = [(x.host, x.port) for x in listeners]
+    if len(set(taken)) < len(taken):
+        raise MusterError(f"two listeners on one address: {taken}")
+    return listeners
 
 
 class _Server(uvicorn.Server):
@@ -85,8 +147,9 @@ class MusterServer:
         self.reloaders: list[CertReloader] = []
         self._servers: list[_Server] = []
         for i, listener in enumerate(self.listeners):
+            served = app if listener.roles == ROLES else RouteGate(app, listener.roles)
             config = uvicorn.Config(
-                app,
+                served,
                 host=listener.host,
                 port=listener.port,
                 log_level=log_level,
@@ -115,7 +178,8 @@ class MusterServer:
         for listener, server in zip(self.listeners, self._servers, strict=True):
             if listener.certfile is None or listener.keyfile is None:
                 continue
-            reloader = CertReloader(listener.certfile, listener.keyfile, self._reload_interval)
+            reloader = CertReloader(listener.certfile, listener.keyfile, self._reload_interval,
+                                    listener.client_ca)  # fmt: skip
             config = server.config
             if not config.loaded:
                 config.load()

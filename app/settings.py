@@ -62,6 +62,12 @@ class Settings:
     tls_key: Path | None = None
     #: Port of the HTTPS listener, opened only when ``tls_cert``/``tls_key`` are set.
     webhook_port: int = 8443
+    #: CA of the client certificates the extender listener requires (kube-scheduler's
+    #: ``tlsConfig``); set, the extender speaks HTTPS with ``tls_cert`` and checks clients.
+    client_ca: Path | None = None
+    #: ``HOST:PORT`` of a separate plain-HTTP listener for health, metrics, debug, explain and
+    #: what-if (``app.api.listeners``); ``None``: every listener serves them.
+    ops_listen: str | None = None
     #: Node label keys of the network topology levels, broadest first (``app.core.state.domains``).
     topology_keys: tuple[str, ...] = DEFAULT_KEYS
     #: Seconds between samples of queue shares (``/debug/queues/history``, the dashboard chart).

@@ -8,6 +8,11 @@ its SNI callback, which OpenSSL runs on every handshake (with or without SNI), h
 connection the current context. New handshakes use the new certificate at once, connections
 already open keep the old one, nothing restarts.
 
+With a client CA (``client_ca``) the listener also requires a client certificate signed by
+it (mutual TLS: kube-scheduler's extender ``tlsConfig``); a connection without one, or with one
+from another CA, fails its handshake. The CA file is watched and reloaded like the pair, so
+rotating the client CA needs no restart either.
+
 A pair caught half-written (the new certificate with the old key) does not load: the previous
 context stays in force and the reload is retried at the next check. (Reloading *into* the live
 context would not do: OpenSSL installs the new certificate before it finds the key mismatch,
@@ -30,11 +35,21 @@ log = logging.getLogger("muster.tls")
 DEFAULT_INTERVAL = 10.0
 
 
-def server_context(certfile: Path | str, keyfile: Path | str) -> ssl.SSLContext:
-    """A TLS server context (TLS 1.2 or later) holding the pair; ``MusterError`` if unloadable."""
+def server_context(
+    certfile: Path | str, keyfile: Path | str, client_ca: Path | str | None = None
+) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2 or later) holding the pair; with ``client_ca`` it requires
+    a client certificate signed by that CA. ``MusterError`` if a file does not load."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     load_pair(context, certfile, keyfile)
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=str(client_ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise MusterError(f"cannot load the client CA {client_ca}: {exc}") from exc
+        # OpenSSL checks the client certificate's purpose too (extended key usage clientAuth).
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
@@ -59,6 +74,9 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 class CertReloader:
     """Serves ``certfile``/``keyfile`` and switches to new ones when they change on disk.
 
+    With ``client_ca`` every handshake must present a client certificate signed by it; that
+    file is watched too.
+
     ``context`` is the listening context (give it to the server); ``current`` the context new
     handshakes get. Call ``check()`` from the thread that runs the server's event loop, or run
     ``watch()`` there as a task. ``reloads`` counts reloads; ``last_error`` is the latest
@@ -66,32 +84,44 @@ class CertReloader:
     """
 
     def __init__(
-        self, certfile: Path | str, keyfile: Path | str, interval: float = DEFAULT_INTERVAL
+        self,
+        certfile: Path | str,
+        keyfile: Path | str,
+        interval: float = DEFAULT_INTERVAL,
+        client_ca: Path | str | None = None,
     ) -> None:
         self.certfile = Path(certfile)
         self.keyfile = Path(keyfile)
+        self.client_ca = Path(client_ca) if client_ca is not None else None
         self.interval = interval
         self.reloads = 0
         self.last_error = ""
         self._seen = self._stamps()
-        self.current = server_context(self.certfile, self.keyfile)
-        self.context = server_context(self.certfile, self.keyfile)
+        self.current = self._load()
+        # The listening context requires client certificates as well: whatever OpenSSL takes
+        # over from it when the SNI callback swaps contexts, verification is never off.
+        self.context = self._load()
         self.context.sni_callback = self._select
 
     def _select(self, connection: ssl.SSLObject | ssl.SSLSocket, name: str | None,
                 context: ssl.SSLContext) -> None:  # fmt: skip
         connection.context = self.current
 
+    def _load(self) -> ssl.SSLContext:
+        return server_context(self.certfile, self.keyfile, self.client_ca)
+
     def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
-        return (_stamp(self.certfile), _stamp(self.keyfile))
+        files = (self.certfile, self.keyfile) + ((self.client_ca,) if self.client_ca else ())
+        return tuple(_stamp(f) for f in files)
 
     def check(self) -> bool:
-        """Switch to the files' pair if either changed since it was loaded; return if it did."""
+        """Switch to the files' pair (and client CA) if any changed since it was loaded;
+        return if it did."""
         stamps = self._stamps()
         if stamps == self._seen or None in stamps:
             return False
         try:
-            context = server_context(self.certfile, self.keyfile)
+            context = self._load()
         except MusterError as exc:
             if str(exc) != self.last_error:
                 log.warning("%s; keeping the previous certificate", exc)

@@ -6,7 +6,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +30,10 @@ class Served:
 
 
 @contextmanager
-def serving(
-    app: FastAPI, certfile: Path, keyfile: Path, reload_interval: float = 0.05
-) -> Iterator[Served]:
-    """Serve ``app`` on HTTP and HTTPS on loopback until the block ends; then stop it."""
-    http_port, https_port = free_port(), free_port()
-    listeners = [
-        Listener(LOOPBACK, http_port),
-        Listener(LOOPBACK, https_port, certfile, keyfile),
-    ]
+def running_server(
+    app: FastAPI, listeners: Sequence[Listener], reload_interval: float = 0.05
+) -> Iterator[MusterServer]:
+    """Serve ``app`` on ``listeners`` in a thread until the block ends; then stop it."""
     server = MusterServer(app, listeners, log_level="warning", reload_interval=reload_interval)
     thread = threading.Thread(target=server.run, name="muster-https-test", daemon=True)
     thread.start()
@@ -49,12 +44,26 @@ def serving(
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield Served(server, f"http://{LOOPBACK}:{http_port}", f"https://{LOOPBACK}:{https_port}",
-                     https_port)  # fmt: skip
+        yield server
     finally:
         server.stop()
         thread.join(timeout=10)
         assert not thread.is_alive(), "test server did not stop"
+
+
+@contextmanager
+def serving(
+    app: FastAPI, certfile: Path, keyfile: Path, reload_interval: float = 0.05
+) -> Iterator[Served]:
+    """Serve ``app`` on HTTP and HTTPS on loopback until the block ends; then stop it."""
+    http_port, https_port = free_port(), free_port()
+    listeners = [
+        Listener(LOOPBACK, http_port),
+        Listener(LOOPBACK, https_port, certfile, keyfile),
+    ]
+    with running_server(app, listeners, reload_interval) as server:
+        yield Served(server, f"http://{LOOPBACK}:{http_port}", f"https://{LOOPBACK}:{https_port}",
+                     https_port)  # fmt: skip
 
 
 def served_certificate(port: int, cafile: Path, server_name: str = LOOPBACK) -> bytes:

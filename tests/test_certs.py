@@ -32,7 +32,8 @@ def test_serving_certificate_is_signed_by_the_ca_for_the_service_names() -> None
     assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    # clientAuth too: follower replicas forward the extender verbs to the leader with it.
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     ca_constraints = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert ca_constraints.ca is True and ca_constraints.path_length == 0
     assert cert.not_valid_after_utc <= ca.cert.not_valid_after_utc
@@ -47,8 +48,16 @@ def test_certs_command_writes_files_and_prints_only_the_ca_bundle(
     bundle = capsys.readouterr().out
     assert base64.b64decode(bundle.strip()) == (out / "ca.crt").read_bytes()
     for name, mode in (("ca.crt", 0o644), ("ca.key", 0o600), ("tls.crt", 0o644),
-                       ("tls.key", 0o600)):  # fmt: skip
+                       ("tls.key", 0o600), ("client.crt", 0o644),
+                       ("client.key", 0o600)):  # fmt: skip
         assert stat.S_IMODE((out / name).stat().st_mode) == mode, name
+    # kube-scheduler's client certificate: same CA, clientAuth only, kube-scheduler's name.
+    ca_cert = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    client = x509.load_pem_x509_certificate((out / "client.crt").read_bytes())
+    client.verify_directly_issued_by(ca_cert)
+    eku = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert client.subject.rfc4514_string() == "CN=system:kube-scheduler"
     cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "muster.gpu.svc" in san.get_values_for_type(x509.DNSName)

@@ -68,18 +68,21 @@ def test_scheduler_config_copy_is_identical() -> None:
 def test_scheduler_reaches_the_muster_service(objects: dict) -> None:
     config = yaml.safe_load((DEPLOY / "scheduler" / "muster-scheduler.yaml").read_text())
     (extender,) = config["extenders"]
-    match = re.fullmatch(r"http://([^.]+)\.([^.]+)\.svc:(\d+)/", extender["urlPrefix"])
+    match = re.fullmatch(r"https://([^.]+)\.([^.]+)\.svc:(\d+)/", extender["urlPrefix"])
     assert match, extender["urlPrefix"]
     service = objects[("Service", match.group(1))]
     assert service["metadata"]["namespace"] == match.group(2)
     ports = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
-    assert ports[int(match.group(3))] == "http-extender"
-    assert [p["name"] for p in service["spec"]["ports"]] == ["http-extender", "https-webhook"]
+    assert ports[int(match.group(3))] == "https-extender"
+    assert [p["name"] for p in service["spec"]["ports"]] == ["https-extender", "https-webhook",
+                                                             "http-ops"]  # fmt: skip
     muster = container(objects[("Deployment", "muster")])
     named = {p["name"]: p["containerPort"] for p in muster["ports"]}
-    assert named == {"http-extender": 8888, "https-webhook": Settings().webhook_port}
-    assert f"--port={named['http-extender']}" in muster["args"]
+    assert named == {"https-extender": 8888, "https-webhook": Settings().webhook_port,
+                     "http-ops": 9090}  # fmt: skip
+    assert f"--port={named['https-extender']}" in muster["args"]
     assert f"--webhook-port={named['https-webhook']}" in muster["args"]
+    assert f"--ops-listen=0.0.0.0:{named['http-ops']}" in muster["args"]
     # Leader election: the Lease the Role allows is the one the configuration names.
     election = config["leaderElection"]
     role = objects[("Role", "muster-scheduler-leader-election")]
@@ -185,6 +188,7 @@ def test_tls_secret_paths_and_certificate_agree(objects: dict) -> None:
     args = container(deployment)["args"]
     assert f"--tls-cert={paths['tls.crt']}" in args
     assert f"--tls-key={paths['tls.key']}" in args
+    assert f"--client-ca={paths['ca.crt']}" in args
     assert f"--queues={paths['queues.yaml']}" in args
     assert paths["queues.yaml"] == "/etc/muster/queues.yaml"
     certificate = next(d for d in documents(DEPLOY / "cert-manager" / "certificates.yaml")
@@ -205,8 +209,9 @@ def test_muster_deployment_is_locked_down_and_probed(objects: dict) -> None:
         "/readyz",
         "/healthz",
     )
+    # kubelet has no client certificate: probes go to the ops listener.
     assert {c["readinessProbe"]["httpGet"]["port"], c["livenessProbe"]["httpGet"]["port"]} == {
-        "http-extender"
+        "http-ops"
     }
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert "--in-cluster" in c["args"]
@@ -216,7 +221,7 @@ def test_muster_deployment_is_locked_down_and_probed(objects: dict) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     uid = pod["securityContext"]["runAsUser"]
     assert f"USER {uid}:{uid}" in dockerfile
-    assert re.search(r"^EXPOSE 8888 8443$", dockerfile, re.M)
+    assert re.search(r"^EXPOSE 8888 8443 9090$", dockerfile, re.M)
 
 
 def test_example_queue_file_is_valid(objects: dict) -> None:
@@ -283,3 +288,61 @@ def test_the_lease_role_allows_exactly_the_lease_muster_elects_on(objects: dict)
     (create,) = [r for r in rules if not r.get("resourceNames")]
     assert create["verbs"] == ["create"]  # the first replica creates it
     assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in rules)
+
+
+def test_scheduler_calls_the_extender_with_its_client_certificate(objects: dict) -> None:
+    """Mutual TLS by default: the scheduler's tlsConfig files are its mounted client Secret,
+    the one cert-manager issues (client auth, from the CA Muster trusts)."""
+    config = yaml.safe_load((DEPLOY / "scheduler" / "muster-scheduler.yaml").read_text())
+    (extender,) = config["extenders"]
+    assert extender["enableHTTPS"] is True
+    tls = extender["tlsConfig"]
+    assert not tls.get("insecure")
+    deployment = objects[("Deployment", "muster-scheduler")]
+    spec = deployment["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in container(deployment)["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    (volume,) = secrets
+    for field, key in (("certFile", "tls.crt"), ("keyFile", "tls.key"), ("caFile", "ca.crt")):
+        assert tls[field] == f"{mounts[volume]}/{key}", field
+    certificates = {d["metadata"]["name"]: d for d in documents(DEPLOY / "cert-manager" /
+                    "certificates.yaml") if d["kind"] == "Certificate"}  # fmt: skip
+    client = next(c for c in certificates.values() if c["spec"]["secretName"] == secrets[volume])
+    assert "client auth" in client["spec"]["usages"]
+    assert "server auth" not in client["spec"]["usages"]
+    serving = certificates["muster-webhook"]
+    assert client["spec"]["issuerRef"] == serving["spec"]["issuerRef"]  # the CA Muster trusts
+    # The profile for an existing kube-scheduler speaks mutual TLS too.
+    profile = yaml.safe_load((ROOT / "scheduler-config" / "muster-profile.yaml").read_text())
+    (other,) = profile["extenders"]
+    assert other["urlPrefix"].startswith("https://") and other["enableHTTPS"] is True
+    assert set(other["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
+
+
+def test_network_policy_admits_only_the_callers_of_each_port(objects: dict) -> None:
+    policy = objects[("NetworkPolicy", "muster")]
+    muster = objects[("Deployment", "muster")]
+    pod_labels = muster["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    port_names = {p["name"] for p in container(muster)["ports"]}
+    rules: dict[str, list[dict[str, Any]]] = {}
+    for rule in policy["spec"]["ingress"]:
+        (port,) = rule["ports"]
+        assert port["port"] in port_names, port
+        rules[port["port"]] = rule.get("from", [])
+    assert set(rules) == port_names, "every port has exactly one rule"
+    # The extender: only the muster-scheduler pods (its own namespace).
+    scheduler = objects[("Deployment", "muster-scheduler")]["spec"]["template"]["metadata"]
+    ((peer,),) = [rules["https-extender"]]
+    assert set(peer) == {"podSelector"}
+    assert peer["podSelector"]["matchLabels"].items() <= scheduler["labels"].items()
+    # The webhook: the API server, which no selector can name (see the file's comment).
+    assert rules["https-webhook"] == []
+    # Ops: Prometheus pods in namespace monitoring only.
+    ((ops,),) = [rules["http-ops"]]
+    assert ops["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+    }
+    assert ops["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from app.api.schemas import errors
 from app.core.gpu.ledger import device_count
 from app.core.gpu.links import topology_of
 from app.core.insight.shares import pending_pods
@@ -290,7 +291,7 @@ def _event(entry: Entry) -> EventOut:
     "/events",
     summary="Recent scheduling decisions: plans, preemptions, rollbacks, barrier timeouts",
     response_model=EventsOut,
-    responses={503: {"description": "this server has no decision journal"}},
+    responses=errors(503, e503="this server has no decision journal"),
 )
 def events(
     request: Request,

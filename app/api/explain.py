@@ -6,9 +6,20 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from app.api.errors import invalid, parse_body
+from app.api.schemas import body, errors
+from app.api.wire import Integer, integral
+from app.api.workloads import PodTemplate, Workload
 from app.core.insight.explain import Explanation, explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
 from app.core.model.errors import InvalidInput
@@ -24,13 +35,6 @@ Category = Literal[
     "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
     "priority", "constraints", "none",
 ]  # fmt: skip
-
-
-class ErrorOut(BaseModel):
-    """A refused request: what is wrong, and the field (empty when the body is not JSON)."""
-
-    error: str
-    field: str
 
 
 class FixOut(BaseModel):
@@ -70,10 +74,14 @@ def _answer(explanation: Explanation) -> ExplanationOut:
     return ExplanationOut.model_validate(explanation.as_dict())
 
 
+_NAME_ERRORS = errors(422, e422="a malformed namespace or name; `field` names it")
+
+
 @router.get(
     "/{namespace}/gang/{name}",
     summary="Why a gang is pending, and what would let it start sooner",
     response_model=ExplanationOut,
+    responses=_NAME_ERRORS,
 )
 def gang(request: Request, namespace: Name, name: Name) -> ExplanationOut:
     """The gang's state, first blocker, summary, queue path, GPUs, position, ETA and fixes."""
@@ -85,6 +93,7 @@ def gang(request: Request, namespace: Name, name: Name) -> ExplanationOut:
     "/{namespace}/{pod}",
     summary="Why a pod is pending (its gang's story when it is in one)",
     response_model=ExplanationOut,
+    responses=_NAME_ERRORS,
 )
 def pod(request: Request, namespace: Name, pod: Name) -> ExplanationOut:
     """As for a gang; a pod on its own is explained as a job of one."""
@@ -92,29 +101,58 @@ def pod(request: Request, namespace: Name, pod: Name) -> ExplanationOut:
     return _answer(explain_pod(outlook, namespace, pod))
 
 
-class TopologyAsk(BaseModel):
-    """Keep the gang inside one domain of a topology level (``required``) or prefer it."""
+_LEVEL_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 253}
+#: A topology level (label key); may be absent, never null.
+Level = Annotated[str | None, Field(min_length=1, max_length=253), WithJsonSchema(_LEVEL_SCHEMA)]
 
-    model_config = {"extra": "forbid"}
-    required: str | None = None
-    preferred: str | None = None
+
+class TopologyAsk(BaseModel):
+    """Keep the gang inside one domain of a topology level (``required``) or prefer it:
+    exactly one of the two."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"minProperties": 1, "maxProperties": 1}
+    )
+    required: Level = None
+    preferred: Level = None
+
+    @field_validator("required", "preferred", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("expected a topology level (a label key), got null")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TopologyAsk:
+        if len(self.model_fields_set) != 1:
+            raise ValueError('expected {"required": LEVEL} or {"preferred": LEVEL}')
+        return self
+
+
+def _exactly_one_of(*names: str) -> dict[str, Any]:
+    return {
+        "oneOf": [{"required": [name], "properties": {name: {"type": "object"}}} for name in names]
+    }
 
 
 class WhatIfRequest(BaseModel):
-    """A pod template (with ``replicas``) or a whole workload, and optional overrides."""
+    """A pod template (with ``replicas``) or a whole workload (exactly one), and overrides."""
 
-    model_config = {"extra": "forbid"}
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra=_exactly_one_of("pod", "workload")
+    )
     namespace: str | None = Field(None, min_length=1, max_length=253)
     name: str | None = Field(None, min_length=1, max_length=253)
-    pod: dict[str, Any] | None = Field(None, description="a pod template (metadata, spec)")
-    replicas: int = Field(1, ge=1, le=10_000, description="pods from ``pod``; >1 makes a gang")
-    workload: dict[str, Any] | None = Field(
-        None, description="a Job, JobSet, PyTorchJob, RayCluster or LeaderWorkerSet object"
-    )
+    pod: PodTemplate | None = None
+    replicas: Integer = Field(1, ge=1, le=10_000, description="pods from ``pod``; >1 makes a gang")
+    workload: Workload | None = None
     queue: str | None = Field(None, min_length=1, max_length=253)
-    priority: int | None = None
+    priority: Integer | None = None
     topology: TopologyAsk | None = None
-    minMember: int | None = Field(None, ge=1)
+    minMember: Annotated[int, Field(ge=1, le=10_000), BeforeValidator(integral)] | None = Field(
+        None, description="more than the job's pods: it could never start"
+    )
 
 
 class Victim(BaseModel):
@@ -149,38 +187,12 @@ class WhatIfOut(BaseModel):
 whatif_router = APIRouter(tags=["explain"])
 
 
-def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
-    """``schema`` with every local ``$ref`` replaced by its definition (no ``$defs`` left)."""
-    if isinstance(schema, dict):
-        ref = schema.get("$ref", "")
-        if ref.startswith("#/$defs/"):
-            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
-        return {k: _inlined(v, defs) for k, v in schema.items() if k != "$defs"}
-    if isinstance(schema, list):
-        return [_inlined(v, defs) for v in schema]
-    return schema
-
-
-def _request_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` documenting a body that the handler parses itself (``parse_body``)."""
-    schema = model.model_json_schema()
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _inlined(schema, schema.get("$defs", {}))}},
-        }
-    }
-
-
 @whatif_router.post(
     "/whatif",
     summary="What Muster would do with a job if it were submitted now (changes nothing)",
     response_model=WhatIfOut,
-    openapi_extra=_request_doc(WhatIfRequest),
-    responses={
-        400: {"description": "the body is not JSON", "model": ErrorOut},
-        422: {"description": "a field is wrong (named in the answer)", "model": ErrorOut},
-    },
+    openapi_extra=body(WhatIfRequest),
+    responses=errors(400, 422),
 )
 async def whatif(request: Request) -> WhatIfOut:
     """Fits now, placement (member -> node, devices), victims, ETA, and the explanation."""

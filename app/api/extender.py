@@ -12,6 +12,7 @@ from pydantic_core import to_json
 from app.api import wire
 from app.api.errors import BadRequest, invalid, parse_body
 from app.api.metrics import Metrics
+from app.api.schemas import body, errors
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.model.values import Node, Pod
@@ -23,19 +24,6 @@ from app.services import Services
 router = APIRouter(tags=["extender"])
 _PRIORITIES = TypeAdapter(list[wire.HostPriorityDict])
 _JSON = "application/json"
-
-
-def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                _JSON: {
-                    "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    }
 
 
 def _services(request: Request) -> Services:
@@ -144,7 +132,8 @@ def _json(model: BaseModel) -> Response:
     "/filter",
     response_model=wire.ExtenderFilterResult,
     summary="Which candidate nodes may take the pod",
-    openapi_extra=_body_doc(wire.ExtenderArgs),
+    openapi_extra=body(wire.ExtenderArgs),
+    responses=errors(400, 422),
 )
 async def filter_nodes(request: Request) -> Response:
     """kube-scheduler's filter call: ``ExtenderArgs`` in, ``ExtenderFilterResult`` out."""
@@ -177,7 +166,8 @@ async def filter_nodes(request: Request) -> Response:
     "/prioritize",
     response_model=list[wire.HostPriority],
     summary="Score every candidate node 0-10",
-    openapi_extra=_body_doc(wire.ExtenderArgs),
+    openapi_extra=body(wire.ExtenderArgs),
+    responses=errors(400, 422),
 )
 async def prioritize_nodes(request: Request) -> Response:
     """kube-scheduler's prioritize call: ``ExtenderArgs`` in, a bare ``[{Host, Score}]`` out."""
@@ -192,7 +182,8 @@ async def prioritize_nodes(request: Request) -> Response:
     "/preempt",
     response_model=wire.ExtenderPreemptionResult,
     summary="Keep the preemption candidates on which eviction would make the pod fit",
-    openapi_extra=_body_doc(wire.ExtenderPreemptionArgs),
+    openapi_extra=body(wire.ExtenderPreemptionArgs),
+    responses=errors(400, 422),
 )
 async def preempt(request: Request) -> Response:
     """kube-scheduler's preempt call; answers by victim UID in both request modes."""
@@ -202,22 +193,30 @@ async def preempt(request: Request) -> Response:
         pod = _pod(args.Pod)
         candidates: dict[str, Victims] = {}
         given: dict[str, Pod] = {}
+        full_victims: dict[str, Victims] = {}
+        # Full victims are read (and so checked) even when the by-UID form wins below.
+        for node, full in (args.NodeNameToVictims or {}).items():
+            uids = []
+            for i, item in enumerate(full.Pods):
+                try:
+                    victim = pod_from_dict(item, f"NodeNameToVictims.{node}.Pods[{i}]")
+                except InvalidInput as exc:
+                    raise invalid(exc) from None
+                given[victim.uid] = victim
+                uids.append(victim.uid)
+            full_victims[node] = Victims(tuple(uids), full.NumPDBViolations)
         if args.NodeNameToMetaVictims is not None:
             for node, meta in args.NodeNameToMetaVictims.items():
                 candidates[node] = Victims(tuple(p.UID for p in meta.Pods), meta.NumPDBViolations)
         elif args.NodeNameToVictims is not None:
-            for node, full in args.NodeNameToVictims.items():
-                uids = []
-                for i, item in enumerate(full.Pods):
-                    try:
-                        victim = pod_from_dict(item, f"NodeNameToVictims.{node}.Pods[{i}]")
-                    except InvalidInput as exc:
-                        raise invalid(exc) from None
-                    given[victim.uid] = victim
-                    uids.append(victim.uid)
-                candidates[node] = Victims(tuple(uids), full.NumPDBViolations)
+            candidates = full_victims
         else:
-            raise BadRequest(422, "one of NodeNameToVictims or NodeNameToMetaVictims is required")
+            raise BadRequest(
+                422,
+                "NodeNameToMetaVictims: one of NodeNameToMetaVictims or NodeNameToVictims is "
+                "required",
+                "NodeNameToMetaVictims",
+            )
         kept = services.extender.preempt(pod, candidates, given)
         metrics.preempt_nodes.labels("kept").inc(len(kept))
         metrics.preempt_nodes.labels("vetoed").inc(len(candidates) - len(kept))
@@ -237,7 +236,8 @@ async def preempt(request: Request) -> Response:
     "/bind",
     response_model=wire.ExtenderBindingResult,
     summary="Bind the pod to the chosen node",
-    openapi_extra=_body_doc(wire.ExtenderBindingArgs),
+    openapi_extra=body(wire.ExtenderBindingArgs),
+    responses=errors(400, 422),
 )
 async def bind(request: Request) -> Response:
     """kube-scheduler's bind call: creates the Binding; failures come back as ``Error``."""

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httpx
 
 from app.services import Services
+from app.settings import Settings
 
 log = logging.getLogger("muster.forward")
 
@@ -90,10 +92,21 @@ class ForwardToLeader:
         await send({"type": "http.response.body", "body": answer.content})
 
 
-def client_for_forwarding() -> httpx.AsyncClient:
+def client_for_forwarding(settings: Settings | None = None) -> httpx.AsyncClient:
     """The HTTP client a follower forwards with (the app keeps one for its lifetime: building
-    one costs more than the call)."""
-    return httpx.AsyncClient(timeout=TIMEOUT, verify=False, trust_env=False)
+    one costs more than the call).
+
+    When the extender requires client certificates (``--client-ca``), the leader's does too:
+    the follower presents its own serving certificate (``muster certs`` and deploy/'s
+    cert-manager Certificate give it clientAuth as well) and checks the leader's against the
+    same CA. The leader is reached by pod IP, which the certificate does not name, so the
+    chain is checked and the host name is not."""
+    if settings is None or settings.client_ca is None or settings.tls_cert is None:
+        return httpx.AsyncClient(timeout=TIMEOUT, verify=False, trust_env=False)
+    context = ssl.create_default_context(cafile=str(settings.client_ca))
+    context.check_hostname = False
+    context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key or settings.tls_cert))
+    return httpx.AsyncClient(timeout=TIMEOUT, verify=context, trust_env=False)
 
 
 async def _body(receive: Receive) -> bytes:

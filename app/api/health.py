@@ -2,13 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="Liveness: the process answers")
+class Health(BaseModel):
+    """Liveness answer."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """Readiness answer (200 when ``ready``, else 503); ``role``, ``leader`` and ``election``
+    with leader election."""
+
+    ready: bool
+    mode: str
+    nodes: int
+    synced: bool
+    role: str | None = None
+    leader: str | None = None
+    election: dict[str, Any] | None = None
+
+
+_NOT_READY: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "not ready: the cache has not synced yet (or no plan records read)",
+        "model": Readiness,
+    }
+}
+
+
+@router.get("/healthz", summary="Liveness: the process answers", response_model=Health)
 def healthz() -> dict[str, str]:
     """Always ``ok`` while the server runs."""
     return {"status": "ok"}
@@ -17,7 +47,8 @@ def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Readiness: the cache holds a complete picture of the cluster",
-    responses={503: {"description": "The cache has not synced yet"}},
+    response_model=Readiness,
+    responses=_NOT_READY,
 )
 def readyz(request: Request) -> JSONResponse:
     """200 once the cache has synced (initial list done, or cluster file loaded), else 503.

@@ -376,7 +376,17 @@ def _queue_families(c: Census) -> Iterator[Metric]:
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
 def metrics(request: Request) -> Response:
     """Prometheus text exposition of this server's metrics."""
     services: Services = request.app.state.muster

@@ -12,9 +12,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, Request, Response
+from fastapi import Path as PathParam
 from fastapi.responses import RedirectResponse
+
+from app.api.errors import BadRequest
+from app.api.schemas import errors
 
 #: Where the dashboard's files live (``app/ui``; see pyproject's package-data).
 ASSETS = Path(__file__).resolve().parent.parent / "ui"
@@ -27,7 +32,16 @@ TYPES = {
 #: The browser asks again each time, and gets 304 Not Modified while the file is unchanged.
 CACHE = "no-cache"
 
-router = APIRouter(prefix="/ui", tags=["ui"], include_in_schema=False)
+router = APIRouter(prefix="/ui", tags=["ui"])
+
+
+def _file(*media_types: str) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of a dashboard file: its bytes, or 304 while unchanged."""
+    text = {"schema": {"type": "string"}}
+    return {
+        200: {"description": "the file", "content": {t.split(";")[0]: text for t in media_types}},
+        304: {"description": "unchanged since the ETag in If-None-Match"},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +75,34 @@ def _send(request: Request, asset: Asset) -> Response:
     return Response(asset.body, media_type=asset.media_type, headers=headers)
 
 
-@router.get("")
+@router.get(
+    "",
+    response_class=RedirectResponse,
+    status_code=307,
+    responses={307: {"description": "to ui/ (relative)"}},
+)
 def root() -> RedirectResponse:
     """``/ui`` -> ``/ui/`` (relative, so a path prefix in front of Muster is kept)."""
     return RedirectResponse("ui/", status_code=307)
 
 
-@router.get("/")
+@router.get("/", response_class=Response, responses=_file(TYPES[".html"]))
 def index(request: Request) -> Response:
     """The dashboard's page; it shows Queues, Gangs, Nodes or Events by the URL's ``#``."""
     return _send(request, _ASSETS["index.html"])
 
 
-@router.get("/static/{name}")
-def static(request: Request, name: str) -> Response:
+@router.get(
+    "/static/{name}",
+    response_class=Response,
+    responses={**_file(*TYPES.values()), **errors(404, e404="no such dashboard file")},
+)
+def static(
+    request: Request,
+    name: Annotated[str, PathParam(json_schema_extra={"enum": sorted(_ASSETS)})],
+) -> Response:
     """A file of the dashboard (only the files shipped in ``app/ui``)."""
     asset = _ASSETS.get(name)
     if asset is None:
-        raise HTTPException(404, f"no dashboard file {name!r}")
+        raise BadRequest(404, f"name: no dashboard file {name!r}", "name")
     return _send(request, asset)

@@ -8,7 +8,11 @@
 
 Both echo the request ``uid``. Reviews of anything but a pod CREATE are allowed untouched. A
 body that is not an AdmissionReview gets 400 with a message naming the problem (with
-``failurePolicy: Ignore`` the API server then admits the pod as it is).
+``failurePolicy: Ignore`` the API server then admits the pod as it is). A well-formed review
+always gets 200, whatever its pod: a pod Muster cannot read (a field of the wrong type, an
+unparsable quantity or GPU share) is admitted unmodified by ``/mutate`` with a warning naming
+the field - the user sees it in kubectl's output - and refused by ``/validate`` with the same
+words, as Muster could never schedule it.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import base64
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.errors import BadRequest, parse_body
 from app.api.metrics import Metrics
+from app.api.schemas import body, errors
 from app.core.admission.pods import (
     Admission,
     AdmissionConfig,
@@ -51,10 +56,13 @@ _STANDALONE = "Muster runs standalone, without access to the API server"
 _INTERNAL = "muster: internal error in the webhook (see Muster's log)"
 
 
+_ENVELOPE = ConfigDict(extra="ignore", strict=True)
+
+
 class GroupVersionKind(BaseModel):
     """``request.kind``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _ENVELOPE
     group: str = ""
     version: str = ""
     kind: str
@@ -63,7 +71,7 @@ class GroupVersionKind(BaseModel):
 class GroupVersionResource(BaseModel):
     """``request.resource``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _ENVELOPE
     group: str = ""
     version: str = ""
     resource: str
@@ -72,24 +80,62 @@ class GroupVersionResource(BaseModel):
 class AdmissionRequest(BaseModel):
     """The parts of ``AdmissionReview.request`` Muster reads."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _ENVELOPE
     uid: str = Field(min_length=1)
     kind: GroupVersionKind
     resource: GroupVersionResource
     subResource: str = ""
     namespace: str = ""
     operation: str
-    object: dict[str, Any] | None = None
+    object: dict[str, Any] | None = Field(
+        None,
+        description="the object under review; for a pod CREATE, the Pod (any pod: one Muster "
+        "cannot read is admitted with a warning by /mutate and refused by /validate)",
+    )
     dryRun: bool | None = None
 
 
 class AdmissionReview(BaseModel):
     """An ``admission.k8s.io/v1`` AdmissionReview request."""
 
-    model_config = ConfigDict(extra="ignore")
-    apiVersion: str
-    kind: str
+    model_config = _ENVELOPE
+    apiVersion: str = Field(json_schema_extra={"const": "admission.k8s.io/v1"})
+    kind: str = Field(json_schema_extra={"const": "AdmissionReview"})
     request: AdmissionRequest
+
+
+class Verdict(BaseModel):
+    """``status`` of a refused review."""
+
+    code: int
+    reason: str
+    message: str
+
+
+class AdmissionResponse(BaseModel):
+    """``AdmissionReview.response``."""
+
+    uid: str
+    allowed: bool
+    patchType: Literal["JSONPatch"] | None = Field(None, description="with a patch")
+    patch: str | None = Field(None, description="base64 of a JSONPatch array")
+    warnings: list[str] | None = None
+    status: Verdict | None = Field(None, description="why it was refused")
+
+
+class AdmissionReviewOut(BaseModel):
+    """The answer: an ``admission.k8s.io/v1`` AdmissionReview with ``response``."""
+
+    apiVersion: Literal["admission.k8s.io/v1"]
+    kind: Literal["AdmissionReview"]
+    response: AdmissionResponse
+
+
+_DOC: dict[str, Any] = {
+    "response_model": AdmissionReviewOut,
+    "openapi_extra": body(AdmissionReview),
+    "responses": errors(400, e400="not an AdmissionReview (v1); the error names the field"),
+}
 
 
 def _services(request: Request) -> Services:
@@ -127,11 +173,7 @@ def _pod_create(req: AdmissionRequest) -> bool:
     )
 
 
-def _pod(req: AdmissionRequest) -> dict[str, Any]:
-    if req.object is None:
-        raise BadRequest(400, "request.object: missing (a pod CREATE carries the pod)",
-                         "request.object")  # fmt: skip
-    return req.object
+_NO_POD = "request.object: missing (a pod CREATE carries the pod)"
 
 
 def _answer(
@@ -233,12 +275,20 @@ def _decide(
 async def _review(
     request: Request,
 ) -> tuple[Services, AdmissionRequest, dict[str, Any] | None]:
-    """The AdmissionReview's request and, for a pod being created, the pod (else ``None``)."""
+    """The AdmissionReview's request and, for a pod being created, the pod (else ``None``;
+    ``{}`` for a pod CREATE that carries none)."""
     req = _parse(await request.body())
-    return _services(request), req, _pod(req) if _pod_create(req) else None
+    pod = (req.object if req.object is not None else {}) if _pod_create(req) else None
+    return _services(request), req, pod
 
 
-@router.post("/mutate", summary="Mutating admission webhook: Muster's scheduler and gang labels")
+def _unreadable(problem: str) -> str:
+    return f"muster: cannot read the pod: {problem}"
+
+
+@router.post(
+    "/mutate", summary="Mutating admission webhook: Muster's scheduler and gang labels", **_DOC
+)
 async def mutate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed`` with a JSONPatch (base64) and warnings out."""
     with _metrics(request).observe_webhook("mutate"):
@@ -249,6 +299,8 @@ async def _mutate(request: Request) -> Response:
     services, req, pod = await _review(request)
     if pod is None:
         return _answer(req.uid)
+    if req.object is None:
+        return _answer(req.uid, warnings=[f"{_unreadable(_NO_POD)}; admitted unmodified"])
     try:
         try:
             # Usually everything needed is cached: decide on the event loop (no thread hop).
@@ -257,7 +309,8 @@ async def _mutate(request: Request) -> Response:
             # An owner or namespace read would block on the API server: not on the loop.
             decision = await asyncio.to_thread(_decide, services, req, pod, cached_only=False)
     except InvalidInput as exc:
-        raise BadRequest(400, str(exc), exc.field) from None
+        log.info("admitted a pod in %s unmodified: %s", req.namespace, exc)
+        return _answer(req.uid, warnings=[f"{_unreadable(str(exc))}; admitted unmodified"])
     except Exception:
         # A bug must not turn into a failed pod creation: admit the pod as it is, and say so.
         log.exception("mutating webhook failed on a pod in %s; admitted unmodified", req.namespace)
@@ -274,7 +327,7 @@ def _judge(services: Services, req: AdmissionRequest, pod: dict[str, Any]) -> St
     return validate(pod, req.namespace, _gang_pods(services), admission_config(services))
 
 
-@router.post("/validate", summary="Validating admission webhook: consistent gang metadata")
+@router.post("/validate", summary="Validating admission webhook: consistent gang metadata", **_DOC)
 async def validate_pod(request: Request) -> Response:
     """AdmissionReview in; ``allowed``, or refused with a ``status.message`` saying why."""
     with _metrics(request).observe_webhook("validate"):
@@ -285,10 +338,13 @@ async def _validate(request: Request) -> Response:
     services, req, pod = await _review(request)
     if pod is None:
         return _answer(req.uid)
+    if req.object is None:
+        return _answer(req.uid, denied=_unreadable(_NO_POD))
     try:
         verdict = _judge(services, req, pod)  # memory only: the cluster cache
     except InvalidInput as exc:
-        raise BadRequest(400, str(exc), exc.field) from None
+        log.info("refused a pod in %s: %s", req.namespace, exc)
+        return _answer(req.uid, denied=_unreadable(str(exc)))
     except Exception:
         log.exception("validating webhook failed on a pod in %s; allowed", req.namespace)
         return _answer(req.uid, warnings=[f"{_INTERNAL}; the pod was not checked"])

@@ -9,16 +9,54 @@ here and are translated by ``app.core.model.parse``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from typing_extensions import TypedDict
+
+from app.api.errors import one_of
+from app.api.schemas import NODE, POD
+
+#: An embedded Pod / Node: raw JSON here, documented with what ``app.core.model.parse`` reads.
+PodJson = Annotated[dict[str, Any], WithJsonSchema(POD)]
+NodeJson = Annotated[dict[str, Any], WithJsonSchema(NODE)]
+
+
+def integral(value: Any) -> Any:
+    """``5.0`` as ``5``: JSON Schema counts a number with no fraction as an integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer field: a JSON integer (``5`` or ``5.0``), never a string or a boolean. With
+#: bounds, write ``Annotated[int, Field(ge=..), BeforeValidator(integral)]`` (bounds first, or
+#: the JSON Schema loses them).
+Integer = Annotated[int, BeforeValidator(integral)]
+
+
+def _one_of_present(*names: str) -> dict[str, Any]:
+    """JSON Schema: at least one of ``names`` is present and not null."""
+    return {
+        "anyOf": [
+            {"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in names
+        ]
+    }
 
 
 class _Wire(BaseModel):
-    """Base: extra keys ignored; Go names also accepted in lower case and lowerCamel case."""
+    """Base: extra keys ignored; Go names also accepted in lower case and lowerCamel case.
+    Strict types: ``"5"`` is not an integer, ``1`` is not a string (as the schema says)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
 
 def go(name: str, default: Any = ..., **kwargs: Any) -> Any:
@@ -32,22 +70,23 @@ def go(name: str, default: Any = ..., **kwargs: Any) -> Any:
 class NodeList(_Wire):
     """A v1 NodeList as kube-scheduler embeds it (``metadata`` and ``items``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    items: list[dict[str, Any]] = Field(default_factory=list)
+    items: list[NodeJson] = Field(default_factory=list)
 
 
 class ExtenderArgs(_Wire):
     """filter and prioritize request: the pod and its candidate nodes (names or objects)."""
 
-    Pod: dict[str, Any] = go("Pod")
+    model_config = ConfigDict(json_schema_extra=_one_of_present("NodeNames", "Nodes"))
+    Pod: PodJson = go("Pod")
     Nodes: NodeList | None = go("Nodes", None)
     NodeNames: list[str] | None = go("NodeNames", None)
 
     @model_validator(mode="after")
     def _has_candidates(self) -> ExtenderArgs:
         if self.Nodes is None and self.NodeNames is None:
-            raise ValueError("one of NodeNames or Nodes is required")
+            raise one_of("NodeNames", "Nodes")
         return self
 
 
@@ -65,7 +104,7 @@ class HostPriority(_Wire):
     """One entry of the prioritize answer (a bare JSON array of these)."""
 
     Host: str = go("Host")
-    Score: int = go("Score")
+    Score: Integer = go("Score")
 
 
 class HostPriorityDict(TypedDict):
@@ -86,20 +125,23 @@ class MetaVictims(_Wire):
     """Victims on one node, by UID."""
 
     Pods: list[MetaPod] = go("Pods", default_factory=list)
-    NumPDBViolations: int = go("NumPDBViolations", 0)
+    NumPDBViolations: Integer = go("NumPDBViolations", 0)
 
 
 class Victims(_Wire):
     """Victims on one node, as full pod objects."""
 
-    Pods: list[dict[str, Any]] = go("Pods", default_factory=list)
-    NumPDBViolations: int = go("NumPDBViolations", 0)
+    Pods: list[PodJson] = go("Pods", default_factory=list)
+    NumPDBViolations: Integer = go("NumPDBViolations", 0)
 
 
 class ExtenderPreemptionArgs(_Wire):
     """preempt request: candidate nodes and the victims kube-scheduler would evict on each."""
 
-    Pod: dict[str, Any] = go("Pod")
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_present("NodeNameToVictims", "NodeNameToMetaVictims")
+    )
+    Pod: PodJson = go("Pod")
     NodeNameToVictims: dict[str, Victims] | None = go("NodeNameToVictims", None)
     NodeNameToMetaVictims: dict[str, MetaVictims] | None = go("NodeNameToMetaVictims", None)
 

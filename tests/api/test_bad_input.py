@@ -30,9 +30,9 @@ def client() -> Iterator[httpx.Client]:
 BAD = [
     ("/filter", "", 400, ""),
     ("/filter", "{not json", 400, ""),
-    ("/filter", "[]", 422, ""),
+    ("/filter", "[]", 400, ""),
     ("/filter", body(NodeNames=["h100-0"]), 422, "Pod"),
-    ("/filter", body(Pod=POD), 422, ""),  # neither NodeNames nor Nodes
+    ("/filter", body(Pod=POD), 422, "NodeNames"),  # neither NodeNames nor Nodes
     ("/filter", body(Pod=None, NodeNames=[]), 422, "Pod"),
     ("/filter", body(Pod=POD, NodeNames="h100-0"), 422, "NodeNames"),
     ("/filter", body(Pod=POD, NodeNames=[1, 2]), 422, "NodeNames[0]"),
@@ -80,7 +80,7 @@ BAD = [
             Pod=POD,
             Nodes={
                 "items": [
-                    {"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "1e40"}}}
+                    {"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "-1Gi"}}}
                 ]
             },
         ),
@@ -90,7 +90,7 @@ BAD = [
     ("/bind", body(PodName="p", PodNamespace="default", PodUID="u"), 422, "Node"),
     ("/bind", body(PodName=1, PodNamespace="d", PodUID="u", Node="n"), 422, "PodName"),
     ("/bind", body(PodName="", PodNamespace="d", PodUID="u", Node="n"), 422, "PodName"),
-    ("/preempt", body(Pod=POD), 422, ""),
+    ("/preempt", body(Pod=POD), 422, "NodeNameToMetaVictims"),
     (
         "/preempt",
         body(Pod=POD, NodeNameToMetaVictims={"n": {"Pods": [{}]}}),

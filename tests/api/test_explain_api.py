@@ -80,7 +80,13 @@ def test_whatif_refuses_bad_bodies_naming_the_field() -> None:
             (b'{"pod": {}, "replicas": 0}', 422, "replicas"),
             (b'{"pod": {"spec": {"containers": 3}}}', 422, "pod.spec.containers"),
             (b'{"workload": {"apiVersion": "v1", "kind": "Pod"}}', 422, "workload.kind"),
-            (b'{"pod": {}, "workload": {}}', 422, "pod"),
+            (b'{"pod": {}, "workload": {}}', 422, "workload.kind"),
+            (b'{"pod": {}, "workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": '
+             b'{"name": "j"}, "spec": {}}}', 422, "pod"),
+            (b'{"workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, '
+             b'"spec": {"parallelism": 0}}}', 422, "workload.Job.spec.parallelism"),
+            (b'{"pod": {}, "topology": {}}', 422, "topology"),
+            (b'{"pod": {}, "": 1}', 422, '[""]'),  # an empty key is still named
         ]:
             answer = client.post("/whatif", content=body)
             assert answer.status_code == status, (body, answer.text)

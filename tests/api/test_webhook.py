@@ -122,6 +122,12 @@ BAD: list[tuple[str, Any, str]] = [
     ("object not an object", broken(lambda b: b["request"].update(object=[1])), "request.object"),
     ("v1beta1", broken(lambda b: b.update(apiVersion="admission.k8s.io/v1beta1")), "v1beta1"),
     ("other kind", broken(lambda b: b.update(kind="ConversionReview")), "ConversionReview"),
+    ("uid a number", broken(lambda b: b["request"].update(uid=5)), "request.uid"),
+    ("dryRun a string", broken(lambda b: b["request"].update(dryRun="yes")), "request.dryRun"),
+]
+
+#: Well-formed reviews of pods Muster cannot read.
+UNREADABLE: list[tuple[str, Any, str]] = [
     ("pod missing", broken(lambda b: b["request"].pop("object")), "request.object: missing"),
     (
         "labels not strings",
@@ -140,22 +146,33 @@ BAD: list[tuple[str, Any, str]] = [
 ]
 
 
-# /validate does not read resources, so a bad GPU quantity is the mutating webhook's alone.
-BAD_BY_PATH = [
-    pytest.param(path, body, message, id=f"{path[1:]}-{name}")
-    for path in ("/mutate", "/validate")
-    for name, body, message in BAD
-    if not (path == "/validate" and name == "gpu quantity")
-]
-
-
-@pytest.mark.parametrize(("path", "body", "message"), BAD_BY_PATH)
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+@pytest.mark.parametrize(("name", "body", "message"), BAD, ids=[b[0] for b in BAD])
 def test_unparsable_review_is_400_naming_the_problem(
-    client: httpx.Client, path: str, body: Any, message: str
+    client: httpx.Client, path: str, name: str, body: Any, message: str
 ) -> None:
     response = post(client, path, body)
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]
+    assert response.json()["field"] or name in ("empty", "not JSON", "a list")
+
+
+@pytest.mark.parametrize(("name", "body", "message"), UNREADABLE, ids=[u[0] for u in UNREADABLE])
+def test_an_unreadable_pod_is_admitted_by_mutate_and_refused_by_validate_naming_the_field(
+    client: httpx.Client, name: str, body: Any, message: str
+) -> None:
+    """The API server sends well-typed pods; a pod Muster cannot read (a bad GPU share, say)
+    is one it could never schedule. kubectl shows the mutating webhook's warning; the validating
+    webhook refuses it."""
+    mutated = answer(post(client, "/mutate", body))
+    assert mutated["allowed"] is True and "patch" not in mutated
+    (warning,) = mutated["warnings"]
+    assert warning.startswith("muster: cannot read the pod: ") and message in warning, warning
+    assert warning.endswith("; admitted unmodified")
+    validated = answer(post(client, "/validate", body))
+    assert validated["allowed"] is False
+    assert validated["status"]["code"] == 403
+    assert message in validated["status"]["message"]
 
 
 # -- cluster-mode wiring (readers injected) --------------------------------------------------
@@ -319,6 +336,9 @@ def test_never_a_500(client: httpx.Client, path: str, place: tuple[str, ...], va
     target[place[-1]] = value
     response = post(client, path, body)
     assert response.status_code in (200, 400), response.text
+    if place[:2] == ("request", "object") and len(place) > 2:
+        # The envelope is intact: whatever the pod holds, a review gets a review back.
+        assert response.status_code == 200, response.text
 
 
 class Broken:

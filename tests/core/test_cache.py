@@ -150,6 +150,18 @@ def test_views_are_immutable_and_shared_until_change() -> None:
     assert v1.used_of("a").gpu == 0 and v2.used_of("a").gpu == 8000
 
 
+@pytest.mark.parametrize("known", [False, True])
+def test_a_node_named_twice_in_one_batch_is_its_last_version(known: bool) -> None:
+    """kube-scheduler never does it, a fuzzer did (``Nodes.items`` with one name twice)."""
+    cache = ClusterCache()
+    if known:
+        cache.upsert_node(node("a", gpus=2))
+    assert cache.upsert_nodes([node("a", gpus=4), node("b", gpus=1), node("a", gpus=8)])
+    view = cache.view()
+    assert [n.name for n in view.nodes] == ["a", "b"]
+    assert view.free_of("a").gpu == 8000 and view.free_of("b").gpu == 1000
+
+
 def test_node_update_and_delete() -> None:
     cache = ClusterCache()
     cache.upsert_nodes([node("a", gpus=8), node("b", gpus=4)])

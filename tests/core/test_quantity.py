@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.core.model.errors import InvalidInput
-from app.core.model.quantity import format_milli, parse_milli
+from app.core.model.quantity import MAX_MILLI, QUANTITY_PATTERN, format_milli, parse_milli
 
 PARSE = [
     ("1", 1000),
@@ -21,22 +23,36 @@ PARSE = [
     ("0", 0),
     (4, 4000),
     (0.25, 250),
-    (" 2 ", 2000),
+    ("+2", 2000),
+    (-0.0, 0),
+    # Beyond MAX_MILLI (2**56 thousandths) everything counts as MAX_MILLI.
+    ("1e30", MAX_MILLI),
+    ("100Ei", MAX_MILLI),
+    ("1e999999999", MAX_MILLI),
+    ("+50.81E0460424", MAX_MILLI),  # once took 10 s (a million-digit int)
+    (10**400, MAX_MILLI),
+    ("1e-999999999", 0),
 ]
 
 
 @pytest.mark.parametrize(("text", "milli"), PARSE)
 def test_parse(text: object, milli: int) -> None:
     assert parse_milli(text) == milli
+    if isinstance(text, str):  # the published pattern accepts exactly what parses
+        assert re.fullmatch(QUANTITY_PATTERN, text)
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "abc", "1.2.3", "5Xi", "-1", "-100m", "1 Gi", True, None, [], "1e30", "100Ei"]
+    "bad",
+    ["", "abc", "1.2.3", "5Xi", "-1", "-100m", "1 Gi", True, None, [], " 2 ", "2\n", "-0", -1,
+     "\u0663"],  # fmt: skip
 )
 def test_rejects_with_field(bad: object) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_milli(bad, "spec.cpu")
     assert err.value.field == "spec.cpu"
+    if isinstance(bad, str):
+        assert not re.fullmatch(QUANTITY_PATTERN, bad)
 
 
 FORMAT = [

@@ -94,6 +94,35 @@ def test_what_if_then_submit(row: Row) -> None:
     assert tuple(evicted) == row.victims
 
 
+@pytest.mark.parametrize(("replicas", "min_member"), [(2, 3), (1, 2)])
+def test_a_min_member_above_the_jobs_pods_is_a_job_that_never_starts(
+    replicas: int, min_member: int
+) -> None:
+    """Not a bad request: the answer (a gang that waits for members that never come)."""
+    planner = planner_for(world(2))
+    body = {"name": "short", "pod": template(1), "replicas": replicas, "minMember": min_member}
+    answer = what_if(planner.look(), proposal_from(body, scheduler_name="muster", now=NOW))
+    assert (answer.fits_now, answer.min_member, answer.placement) == (False, min_member, {})
+    assert answer.explanation is not None and answer.explanation.category == "gang-incomplete"
+    assert answer.eta_seconds is None
+
+
+def test_a_staged_jobset_is_its_first_step() -> None:
+    """Each step of a staged JobSet is a gang of its own; what-if sizes the first."""
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "staged"},
+        "spec": {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [
+            {"name": "driver", "template": {"spec": {"template": template(1)}}},
+            {"name": "workers", "replicas": 2,
+             "template": {"spec": {"parallelism": 2, "template": template(1)}}},
+        ]},
+    }  # fmt: skip
+    proposal = proposal_from({"workload": jobset}, scheduler_name="muster", now=NOW)
+    assert [p.name for p in proposal.pods] == ["staged-driver-0"]
+    assert (proposal.min_member, proposal.basis) == (1, "JobSet: 1 pods of staged step driver")
+
+
 def test_a_workload_is_built_from_its_templates_and_sized_like_the_webhook() -> None:
     pytorch = {
         "apiVersion": "kubeflow.org/v1",
@@ -134,7 +163,7 @@ BAD = [
     ({}, "pod"),
     ({"pod": template(), "workload": {}}, "pod"),
     ({"pod": template(), "replicas": 0}, "replicas"),
-    ({"pod": template(), "replicas": 2, "minMember": 3}, "minMember"),
+    ({"pod": template(), "replicas": 2, "minMember": 0}, "minMember"),
     ({"pod": template(), "priority": "high"}, "priority"),
     ({"pod": template(), "topology": {"somewhere": "block"}}, "topology"),
     ({"pod": template(), "colour": "red"}, "colour"),
@@ -142,6 +171,18 @@ BAD = [
     ({"workload": {"apiVersion": "apps/v1", "kind": "Deployment"}}, "workload.kind"),
     ({"workload": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
                    "spec": {"parallelism": -1}}}, "workload.spec.parallelism"),
+    # A template that starts no pod now, or whose bad field an override would replace, is
+    # checked all the same (both found by fuzzing).
+    ({"pod": {"spec": {"priority": False}}, "priority": 5}, "pod.spec.priority"),
+    ({"workload": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+                   "spec": {"workerGroupSpecs": [{"replicas": 0, "template": {
+                       "spec": {"tolerations": 5}}}]}}},
+     "workload template worker0.spec.tolerations"),
+    ({"workload": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                   "metadata": {"name": "l"}, "spec": {"leaderWorkerTemplate": {
+                       "size": 1, "leaderTemplate": {}, "workerTemplate": {
+                           "spec": {"priority": "x"}}}}}},
+     "workload template worker.spec.priority"),
 ]  # fmt: skip
 
 

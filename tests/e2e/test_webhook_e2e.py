@@ -322,7 +322,8 @@ def test_deploy_renders_and_the_api_server_accepts_it(cluster: Cluster) -> None:
     text, objects = rendered(cluster, DEPLOY)
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-                     "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role",
+                     "MutatingWebhookConfiguration", "Namespace", "NetworkPolicy",
+                     "PodDisruptionBudget", "Role",
                      "RoleBinding", "Service", "ServiceAccount",
                      "ValidatingWebhookConfiguration"]  # fmt: skip
     # Namespaced objects need their namespace to exist for a server-side dry run.

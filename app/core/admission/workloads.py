@@ -319,7 +319,9 @@ def kind_of(obj: Mapping[str, Any]) -> WorkloadKind:
 
 def member_templates(kind: WorkloadKind, obj: Mapping[str, Any]) -> list[MemberTemplate]:
     """The pods ``obj`` creates when it starts, per role (a staged JobSet: its first step;
-    a LeaderWorkerSet: one group). ``InvalidInput`` names the field that cannot say."""
+    a LeaderWorkerSet: one group). Every template is listed, those of roles that start no pod
+    now (a later step, a suspended or empty group) with count 0, so a caller can check them
+    all. ``InvalidInput`` names the field that cannot say, or says the workload runs no pods."""
     spec = json_object(obj.get("spec"), "spec")
     out: list[MemberTemplate] = []
     if kind == JOB:
@@ -334,10 +336,10 @@ def member_templates(kind: WorkloadKind, obj: Mapping[str, Any]) -> list[MemberT
             job = json_object(json_object(item.get("template"), f"{field}.template").get("spec"),
                               f"{field}.template.spec")  # fmt: skip
             count = replicas * _pods_per_job(job, f"{field}.template.spec")
+            # Later steps of a staged JobSet start once this one runs: gangs of their own.
+            count = 0 if staged and i > 0 else count
             out.append(MemberTemplate(_str(item.get("name")) or str(i), count,
                                       _template(job, f"{field}.template.spec")))  # fmt: skip
-            if staged:
-                break  # later steps start only once this one runs: a gang of their own
     elif kind == PYTORCHJOB:
         roles = json_object(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
         for role, replica in roles.items():
@@ -351,14 +353,13 @@ def member_templates(kind: WorkloadKind, obj: Mapping[str, Any]) -> list[MemberT
         for i, group in enumerate(json_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
             field = f"spec.workerGroupSpecs[{i}]"
             group = json_object(group, field)
-            if group.get("suspend") is True or group.get("suspended") is True:
-                continue
+            suspended = group.get("suspend") is True or group.get("suspended") is True
             replicas = _count(group.get("replicas"), f"{field}.replicas", 0) or 0
             minimum = _count(group.get("minReplicas"), f"{field}.minReplicas", 0) or 0
             hosts = _count(group.get("numOfHosts"), f"{field}.numOfHosts", 1) or 1
             role = _str(group.get("groupName")) or f"worker{i}"
-            out.append(MemberTemplate(role, (minimum or replicas) * hosts,
-                                      _template(group, field)))  # fmt: skip
+            count = 0 if suspended else (minimum or replicas) * hosts
+            out.append(MemberTemplate(role, count, _template(group, field)))
     elif kind == LEADERWORKERSET:
         field = "spec.leaderWorkerTemplate"
         template = json_object(spec.get(field.split(".")[1]), field)
@@ -367,8 +368,7 @@ def member_templates(kind: WorkloadKind, obj: Mapping[str, Any]) -> list[MemberT
         leader = template.get("leaderTemplate")
         out.append(MemberTemplate("leader", 1, leader if isinstance(leader, Mapping) else workers))
         out.append(MemberTemplate("worker", size - 1, workers))
-    out = [t for t in out if t.count > 0]
-    if not out:
+    if not any(t.count > 0 for t in out):
         raise InvalidInput("spec", f"the {kind.kind} runs no pods")
     return out
 

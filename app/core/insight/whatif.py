@@ -19,6 +19,8 @@ from typing import Any
 
 from app.core.actions.victims import running_units
 from app.core.admission.workloads import (
+    JOBSET,
+    REPLICATED_JOB,
     WorkloadRef,
     gang_of,
     kind_of,
@@ -111,7 +113,10 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
         name = _name(body.get("name") or meta.get("name"), "workload.metadata.name")
         ref = WorkloadRef(kind, namespace, name, f"{kind.kind} {namespace}/{name}", name)
         templates = _wrap(lambda: member_templates(kind, workload), "workload")
-        gang = _wrap(lambda: gang_of(ref, workload, {}), "workload")
+        # A staged JobSet's gang is one step: the first, whose pods the templates are.
+        first = next(t.role for t in templates if t.count > 0)
+        step = {REPLICATED_JOB: first} if kind == JOBSET else {}
+        gang = _wrap(lambda: gang_of(ref, workload, step), "workload")
         minimum, basis = gang.min_member, f"{kind.kind}: {gang.basis}"
         overrides.setdefault("queue", gang.queue or None)
         members = [(t.role, t.count, t.template) for t in templates]
@@ -130,15 +135,19 @@ def proposal_from(body: Any, *, scheduler_name: str, now: float) -> Proposal:
     if total > MAX_PODS:
         raise InvalidInput("replicas", f"{total} pods; at most {MAX_PODS}")
     if body.get("minMember") is not None:
+        # More than the job's pods is a job that could never start: the answer says so.
         minimum = body["minMember"]
-        if isinstance(minimum, bool) or not isinstance(minimum, int) or not 1 <= minimum <= total:
-            raise InvalidInput("minMember", f"expected 1..{total}, got {minimum!r}")
+        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+            raise InvalidInput("minMember", f"expected a positive integer, got {minimum!r}")
         basis = "minMember"
-    gang = total > 1 or has_workload
+    gang = total > 1 or has_workload or body.get("minMember") is not None
     pods = []
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for role, count, template in members:
         where = f"workload template {role or 'pod'}" if has_workload else "pod"
+        # The template as given is checked once, before the overrides could hide a bad field,
+        # and also when it starts no pod now (a later JobSet step, an empty worker group).
+        pod_from_dict(_pod_json(template, name, namespace, stamp, scheduler_name, where), where)
         for i in range(count):
             member = f"{name}-{role}-{i}" if role else f"{name}-{i}" if total > 1 else name
             data = _pod_json(template, member, namespace, stamp, scheduler_name, where)

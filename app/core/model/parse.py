@@ -8,6 +8,7 @@ raises ``InvalidInput`` with the path of the offending field.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from sys import intern
@@ -191,14 +192,25 @@ def _tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
+#: RFC 3339 date-time (what the API server writes; what the OpenAPI document promises).
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
 def _timestamp(value: Any, field: str) -> float:
     if value in (None, ""):
         return 0.0
     text = _str(value, field)
+    if not _RFC3339.fullmatch(text):
+        raise InvalidInput(field, f"expected an RFC 3339 date-time, got {text!r}")
+    text = text.upper().replace("Z", "+00:00")
+    if text[17:19] == "60":  # a leap second: RFC 3339 has them, Python does not
+        text = text[:17] + "59" + text[19:]
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(text).timestamp()
     except ValueError as exc:
-        raise InvalidInput(field, f"unparsable timestamp {text!r}") from exc
+        raise InvalidInput(field, f"unparsable timestamp {value!r}: {exc}") from exc
 
 
 def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
@@ -216,6 +228,8 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
     priority = spec.get("priority", 0)
     if priority is None:
         priority = 0
+    if isinstance(priority, float) and priority.is_integer():
+        priority = int(priority)  # 5.0 is an integer in JSON
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidInput(f"{field}.spec.priority", f"expected an integer, got {priority!r}")
     pod_labels = _str_map(meta.get("labels"), f"{field}.metadata.labels")
@@ -330,10 +344,9 @@ def node_from_dict(data: Any, field: str = "Node") -> Node:
     name = _str(meta.get("name"), f"{field}.metadata.name")
     if not name:
         raise InvalidInput(f"{field}.metadata.name", "missing")
-    amounts = status.get("allocatable")
-    amounts_field = f"{field}.status.allocatable"
-    if amounts is None:
-        amounts, amounts_field = status.get("capacity"), f"{field}.status.capacity"
+    # Capacity is checked even when allocatable (what counts) is given.
+    capacity = resources_from_map(status.get("capacity"), f"{field}.status.capacity")
+    allocatable = status.get("allocatable")
     taints = []
     for i, item in enumerate(json_list(spec.get("taints"), f"{field}.spec.taints")):
         f = f"{field}.spec.taints[{i}]"
@@ -350,7 +363,9 @@ def node_from_dict(data: Any, field: str = "Node") -> Node:
         raise InvalidInput(f"{field}.spec.unschedulable", "expected a boolean")
     return Node(
         name=name,
-        allocatable=resources_from_map(amounts, amounts_field),
+        allocatable=capacity
+        if allocatable is None
+        else resources_from_map(allocatable, f"{field}.status.allocatable"),
         labels=_str_map(meta.get("labels"), f"{field}.metadata.labels"),
         annotations=_str_map(meta.get("annotations"), f"{field}.metadata.annotations"),
         taints=tuple(taints),

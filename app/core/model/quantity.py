@@ -8,7 +8,7 @@ exact; the milli scale lets fractional GPUs share the same representation later.
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation, Overflow
 
 from app.core.model.errors import InvalidInput
 
@@ -30,46 +30,57 @@ _SUFFIX: dict[str, Decimal] = {
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
 }
+# QUANTITY_PATTERN with groups; ASCII digits only (Python's \d also matches other scripts').
 _QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+    r"(\+?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
 )
 _cache: dict[str, int] = {}
-#: Larger amounts are refused: node tables are int64, and sums over a node's pods must not wrap.
+#: Larger amounts count as this much (about 72 TB of memory, 72 trillion CPUs): node tables are
+#: int64, and sums over a node's pods must not wrap. No real node or pod comes near it.
 MAX_MILLI = 2**56
+#: What ``parse_milli`` accepts as a string (published in the OpenAPI document as is): a
+#: non-negative decimal with an optional exponent or suffix, nothing around it.
+QUANTITY_PATTERN = (
+    "^\\+?(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
 
 
 def parse_milli(value: object, field: str = "") -> int:
     """Parse a quantity (string or number) into milli-units, rounding up like Kubernetes.
 
-    Raises ``InvalidInput`` naming ``field`` for anything unparsable or negative.
+    Raises ``InvalidInput`` naming ``field`` for anything unparsable or negative (a string must
+    match ``QUANTITY_PATTERN``: no sign but ``+``, no spaces). Amounts above ``MAX_MILLI``
+    count as ``MAX_MILLI``.
     """
     if isinstance(value, bool):
         raise InvalidInput(field, f"expected a quantity, got {value!r}")
-    if isinstance(value, int):
-        text = str(value)
-    elif isinstance(value, float):
-        text = repr(value)
+    if isinstance(value, int | float):
+        if not value >= 0:  # also nan
+            raise InvalidInput(field, f"negative quantity {value!r}")
+        text = str(value) if isinstance(value, int) else repr(abs(value))  # -0.0 is 0
     elif isinstance(value, str):
-        text = value.strip()
+        if value.startswith("-"):
+            raise InvalidInput(field, f"negative quantity {value!r}")
+        text = value
     else:
         raise InvalidInput(field, f"expected a quantity string, got {type(value).__name__}")
     cached = _cache.get(text)
     if cached is not None:
         return cached
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text)
     if not match:
         raise InvalidInput(field, f"unparsable quantity {value!r}")
     number, exponent, suffix = match.groups()
     try:
         amount = Decimal(number)
         amount *= Decimal(10) ** int(exponent[1:]) if exponent else _SUFFIX[suffix or ""]
-    except (InvalidOperation, ValueError, OverflowError) as exc:
+        exact = (amount * 1000).to_integral_value(rounding=ROUND_CEILING)
+        # Compared before int(): turning 1E+460000 into an int takes seconds.
+        milli = MAX_MILLI if exact > MAX_MILLI else int(exact)
+    except Overflow:
+        milli = MAX_MILLI  # an exponent beyond Decimal's range: far above the cap
+    except (InvalidOperation, ValueError) as exc:
         raise InvalidInput(field, f"unparsable quantity {value!r}") from exc
-    if amount < 0:
-        raise InvalidInput(field, f"negative quantity {value!r}")
-    milli = int((amount * 1000).to_integral_value(rounding=ROUND_CEILING))
-    if milli > MAX_MILLI:
-        raise InvalidInput(field, f"quantity {value!r} is too large")
     if len(_cache) < 4096:
         _cache[text] = milli
     return milli

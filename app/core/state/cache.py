@@ -298,7 +298,9 @@ class ClusterCache:
             self._delete_node(name)
 
     def _upsert_nodes(self, nodes: list[Node]) -> bool:
-        changed = [n for n in nodes if self._node_changed(n)]
+        # A name given twice in one batch: the last one stands (as two upserts in a row would).
+        latest = list({n.name: n for n in nodes}.values())
+        changed = [n for n in latest if self._node_changed(n)]
         if not changed:
             return False
         new_nodes = list(self._nodes)
