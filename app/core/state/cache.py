@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -232,7 +233,10 @@ def releases(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = No
     width = len(RESOURCE_NAMES)
     return Releases(
         np.asarray(rows, dtype=np.intp),
-        np.asarray(requests, dtype=np.int64).reshape(-1, width),
+        # fromiter over the flat values: several times quicker than asarray on tuples.
+        np.fromiter(chain.from_iterable(requests), np.int64, len(requests) * width).reshape(
+            -1, width
+        ),
         np.asarray(device_rows, dtype=np.intp),
         np.asarray(device_ids, dtype=np.intp),
         np.asarray(device_milli, dtype=np.int64),
