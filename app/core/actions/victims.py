@@ -48,9 +48,12 @@ def running_units(
     now: float,
     protection: Protection,
     protected_until: list[float] | None = None,
+    lone: LoneMemo | None = None,
 ) -> list[Unit]:
     """Every unprotected unit of running work that Muster manages (pods with a queue);
-    ``protected_until`` (if given) receives when each unit still protected stops being so."""
+    ``protected_until`` (if given) receives when each unit still protected stops being so.
+    ``lone``: what was found for pods on their own in earlier calls with the same
+    ``queue_of`` and ``protection`` (kept per pod object and start; updated here)."""
     units: list[Unit] = []
     started = {uid: snapshot.bound_at.get(uid, now) for uid in snapshot.placement}
 
@@ -76,19 +79,37 @@ def running_units(
         for pod in extras:
             units.append(Unit(gang.key, queue, (pod,), gang.priority, True, start_of(pod)))
         units.append(Unit(gang.key, queue, tuple(bound), gang.priority, False, first))
+    if lone is not None and len(lone) > 2 * len(snapshot.pods) + 1024:
+        lone.clear()  # uids of gone pods pile up
     for uid, pod in snapshot.pods.items():
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
-        queue = queue_of(pod)
-        if queue is None:
+        start = start_of(pod)
+        hit = lone.get(uid) if lone is not None else None
+        if hit is not None and hit[0] is pod and hit[1] == start:
+            unit, seconds = hit[2], hit[3]
+        else:
+            queue = queue_of(pod)
+            if queue is None:
+                unit, seconds = None, 0.0
+            else:
+                seconds = protection.seconds([pod], queue, gang=False)
+                unit = Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start)
+            if lone is not None:
+                lone[uid] = (pod, start, unit, seconds)
+        if unit is None:
             continue
-        seconds = protection.seconds([pod], queue, gang=False)
-        if now - start_of(pod) < seconds:
+        if now - start < seconds:
             if protected_until is not None:
-                protected_until.append(start_of(pod) + seconds)
+                protected_until.append(start + seconds)
             continue
-        units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
+        units.append(unit)
     return units
+
+
+#: Per uid, for a pod on its own: the pod object and start it was found for, its unit (None:
+#: it has no queue) and its protection in seconds.
+LoneMemo = dict[str, tuple[Pod, float, "Unit | None", float]]
 
 
 def freed(snapshot: Snapshot, units: Iterable[Unit]) -> NodeView:
