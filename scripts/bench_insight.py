@@ -18,8 +18,9 @@ Measured, each over ``--calls`` calls (p50/p99, milliseconds):
   (a different one each call), and ``planner.look()`` plus ``what_if`` on a gang of 8 pods
   (shapes vary per call), after one pass over every waiting gang (the steady state of an
   unchanged cluster: what explain keeps per snapshot is there). Baseline: ``planner.look()``
-  alone, the snapshot any answer reads. **explain gang, cold**: explain right after the
-  cache changed (a pod comes and goes), so nothing kept helps: the cost after every event.
+  alone, the snapshot any answer reads. **cold** rows (``--calls`` / 3 each): the same
+  calls, each right after the cache changed (a pod comes and goes), so nothing kept per
+  snapshot helps: the cost after every event in a live cluster.
 * **HTTP** (both servers are uvicorn subprocesses, same client): ``GET /explain/...`` and
   ``POST /whatif`` on a Muster server whose cache holds the same pods, against a *null*
   server that answers the same routes with a canned answer of the same size (taken from
@@ -69,7 +70,8 @@ from scripts.replay_openb import arrival_identity, pod_json, simulate_file_order
 
 NAMESPACE = "bench"
 TARGET_P99_MS = {"explain gang": 20.0, "explain pod": 20.0, "what-if": 100.0,
-                 "explain gang, cold": 20.0}  # fmt: skip
+                 "explain gang, cold": 20.0, "explain pod, cold": 20.0,
+                 "what-if, cold": 100.0}  # fmt: skip
 START_TIMEOUT = 120.0
 #: Gang shapes (members, GPUs each), cycled.
 SHAPES = ((2, 8), (4, 4), (8, 1), (16, 2), (4, 8), (8, 2))
@@ -204,18 +206,41 @@ def measure_in_process(planner: Planner, waiting: Sequence[str], calls: int) -> 
 
 def measure_after_change(
     cache: ClusterCache, planner: Planner, waiting: Sequence[str], calls: int, now: float
-) -> Latency:
-    """Explain of a gang, each time first after the cache changed (a pod on its own comes
-    and goes), so nothing kept from an earlier snapshot helps: the cost after every event."""
-    samples = []
+) -> dict[str, Latency]:
+    """Explain of a gang, of a pod, and what-if, each call first after the cache changed (a
+    pod on its own comes and goes), so nothing kept from an earlier snapshot helps: the cost
+    after every event in a live cluster."""
+    samples: dict[str, list[int]] = {"explain gang, cold": [], "explain pod, cold": [],
+                                     "what-if, cold": []}  # fmt: skip
     gc.collect()
-    for k in range(calls):
-        gang = waiting[(k * 37) % len(waiting)]
-        toggle = pod_from_dict(_member(f"toggle-{k}", 0, 1, 1, now))
+    step = 0
+
+    def change() -> None:
+        nonlocal step
+        toggle = pod_from_dict(_member(f"toggle-{step}", 0, 1, 1, now))
         cache.upsert_pods([toggle])
         cache.delete_pod(toggle.uid)
-        samples.append(_ns(lambda: explain_gang(planner.look(), NAMESPACE, gang)))  # noqa: B023
-    return Latency.of(samples)
+        step += 1
+
+    for k in range(calls):
+        gang = waiting[(k * 37) % len(waiting)]
+        change()
+        samples["explain gang, cold"].append(
+            _ns(lambda: explain_gang(planner.look(), NAMESPACE, gang))  # noqa: B023
+        )
+        change()
+        samples["explain pod, cold"].append(
+            _ns(lambda: explain_pod(planner.look(), NAMESPACE, f"{gang}-0"))  # noqa: B023
+        )
+        change()
+        body = whatif_body(k)
+
+        def ask() -> None:
+            outlook = planner.look()
+            what_if(outlook, proposal_from(body, scheduler_name="muster", now=outlook.now))  # noqa: B023
+
+        samples["what-if, cold"].append(_ns(ask))
+    return {name: Latency.of(values) for name, values in samples.items()}
 
 
 # -- the servers -----------------------------------------------------------------------------
@@ -338,10 +363,10 @@ def run(nodes: int, pods: int, bound: int, calls: int, warmup: int, *,
     for answer in answers.values():
         key = answer.category if answer.state == "waiting" else answer.state
         categories[key] = categories.get(key, 0) + 1
-    after_change = measure_after_change(cache, planner, waiting, max(calls // 10, 3), now)
+    after_change = measure_after_change(cache, planner, waiting, max(calls // 3, 3), now)
     measure_in_process(planner, waiting, max(warmup, len(waiting)))  # every answer kept once
     in_process = measure_in_process(planner, waiting, calls)
-    in_process["explain gang, cold"] = after_change
+    in_process.update(after_change)
     report = Report(len(workload.nodes), len(workload.pods),
                     sum(1 for p in workload.pods if p.node_name), len(workload.gangs),
                     len(waiting), categories, in_process, {})  # fmt: skip

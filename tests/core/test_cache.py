@@ -252,3 +252,34 @@ def test_gang_index_follows_labels_and_deletions() -> None:
     cache.delete_pod(a.uid)
     assert cache.gang_members_of("default/g") == []
     assert cache.gang_member_count == 1
+
+
+def test_releases_free_exact_sums_and_subsets() -> None:
+    """``Releases.freed`` adds many pods' requests up exactly (values past float precision
+    too), and ``only`` keeps just the chosen pods and their devices."""
+    import numpy as np
+
+    from app.core.state.cache import _row_sums
+
+    rng = np.random.default_rng(7)
+    for count in (0, 3, 600, 5000):
+        rows = rng.integers(0, 40, count)
+        values = rng.integers(0, 2**62, (count, 4)) // max(count, 1)
+        expected = np.zeros((40, 4), np.int64)
+        np.add.at(expected, rows, values)
+        assert (_row_sums(rows, values, 40) == expected).all()
+    from app.core.state.cache import Releases
+
+    gone = Releases(
+        np.asarray([0, 1, 0], np.intp),
+        np.asarray([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], np.int64),
+        np.asarray([0, 1, 1, 0], np.intp),
+        np.asarray([2, 0, 1, 3], np.intp),
+        np.asarray([1000, 500, 500, 1000], np.int64),
+        np.asarray([0, 1, 3, 4], np.intp),
+    )
+    kept = gone.only(np.asarray([True, False, True]))
+    assert kept.rows.tolist() == [0, 0]
+    assert kept.requests[:, 0].tolist() == [1, 9]
+    assert kept.device_ids.tolist() == [2, 3]
+    assert kept.device_end.tolist() == [0, 1, 2]

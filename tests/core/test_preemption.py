@@ -176,3 +176,33 @@ def test_random_preemption_is_whole_lower_priority_and_sufficient(seed: int) -> 
                 g for g in gangs if f"default/{g[0].labels['muster.io/pod-group']}" == unit.key
             )
             assert {p.uid for p in unit.pods} == {p.uid for p in gang}
+
+
+def test_running_units_with_a_lone_memo_match_a_fresh_search() -> None:
+    """The memo of pods on their own gives the same units and protection as a fresh pass,
+    also after a pod changed (a new object: found anew) or started later."""
+    labels = {"muster.io/queue": "a"}
+    lone_pods = [
+        replace(pod(f"solo-{i}", gpu=1, labels=labels, node=f"n{i % 2}"), started=NOW - 30 * i)
+        for i in range(4)
+    ]
+    cache = ClusterCache()
+    cache.upsert_nodes(node(f"n{i}", gpus=8) for i in range(2))
+    cache.upsert_pods([*running_gang("g", 2, 1, ["n0"]), *lone_pods])
+    protection = MinRuntime(lambda: QUEUES, 60)
+    memo: dict = {}
+
+    def units(snapshot, lone):  # noqa: ANN001, ANN202
+        young: list[float] = []
+        found = running_units(snapshot, gangs_of(snapshot), lambda p: queue_name(p, QUEUES),
+                              now=NOW, protection=protection, protected_until=young,
+                              lone=lone)  # fmt: skip
+        return sorted((u.key, u.queue, u.started) for u in found), sorted(young)
+
+    first = cache.snapshot()
+    assert units(first, memo) == units(first, None)
+    assert len(memo) == 4
+    cache.upsert_pods([replace(lone_pods[0], started=NOW - 5, labels={"muster.io/queue": "b"})])
+    second = cache.snapshot()
+    assert units(second, memo) == units(second, None)
+    assert ("pod:default/solo-0", "b", NOW - 5) in units(second, memo)[0]  # found anew

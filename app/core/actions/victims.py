@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from app.core.actions.allocate import Allocation, allocate
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
-from app.core.state.cache import NodeView, Snapshot, without
+from app.core.state.cache import NodeView, Snapshot, releases, without
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +48,12 @@ def running_units(
     now: float,
     protection: Protection,
     protected_until: list[float] | None = None,
+    lone: LoneMemo | None = None,
 ) -> list[Unit]:
     """Every unprotected unit of running work that Muster manages (pods with a queue);
-    ``protected_until`` (if given) receives when each unit still protected stops being so."""
+    ``protected_until`` (if given) receives when each unit still protected stops being so.
+    ``lone``: what was found for pods on their own in earlier calls with the same
+    ``queue_of`` and ``protection`` (kept per pod object and start; updated here)."""
     units: list[Unit] = []
     started = {uid: snapshot.bound_at.get(uid, now) for uid in snapshot.placement}
 
@@ -74,19 +79,37 @@ def running_units(
         for pod in extras:
             units.append(Unit(gang.key, queue, (pod,), gang.priority, True, start_of(pod)))
         units.append(Unit(gang.key, queue, tuple(bound), gang.priority, False, first))
+    if lone is not None and len(lone) > 2 * len(snapshot.pods) + 1024:
+        lone.clear()  # uids of gone pods pile up
     for uid, pod in snapshot.pods.items():
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
-        queue = queue_of(pod)
-        if queue is None:
+        start = start_of(pod)
+        hit = lone.get(uid) if lone is not None else None
+        if hit is not None and hit[0] is pod and hit[1] == start:
+            unit, seconds = hit[2], hit[3]
+        else:
+            queue = queue_of(pod)
+            if queue is None:
+                unit, seconds = None, 0.0
+            else:
+                seconds = protection.seconds([pod], queue, gang=False)
+                unit = Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start)
+            if lone is not None:
+                lone[uid] = (pod, start, unit, seconds)
+        if unit is None:
             continue
-        seconds = protection.seconds([pod], queue, gang=False)
-        if now - start_of(pod) < seconds:
+        if now - start < seconds:
             if protected_until is not None:
-                protected_until.append(start_of(pod) + seconds)
+                protected_until.append(start + seconds)
             continue
-        units.append(Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start_of(pod)))
+        units.append(unit)
     return units
+
+
+#: Per uid, for a pod on its own: the pod object and start it was found for, its unit (None:
+#: it has no queue) and its protection in seconds.
+LoneMemo = dict[str, tuple[Pod, float, "Unit | None", float]]
 
 
 def freed(snapshot: Snapshot, units: Iterable[Unit]) -> NodeView:
@@ -105,9 +128,10 @@ def cheapest_set(
     fit, with every unit that turns out unnecessary dropped again; ``None`` if even evicting
     all of them would not make room (then nothing should be evicted at all)."""
 
+    gone = _Freer(snapshot, candidates)
+
     def attempt(units: Sequence[Unit]) -> Allocation:
-        view = freed(snapshot, units)
-        return allocate(view, members, strategy=strategy)
+        return allocate(gone.freed(units), members, strategy=strategy)
 
     if not candidates or not attempt(candidates).complete:
         return None
@@ -124,3 +148,32 @@ def cheapest_set(
         if trial and attempt(trial).complete:
             chosen = trial
     return chosen, attempt(chosen)
+
+
+class _Freer:
+    """``freed(snapshot, units)`` for any units among ``candidates``, without a pass over their
+    pods each time: the pods' releases are gathered once, and each call picks its pods' rows
+    (the same sums, so the same view)."""
+
+    def __init__(self, snapshot: Snapshot, candidates: Sequence[Unit]) -> None:
+        self._view = snapshot.view
+        index, placement = snapshot.view.index, snapshot.placement
+        position: dict[str, int] = {}
+        pods: list[Pod] = []
+        for unit in candidates:
+            for pod in unit.pods:
+                node = placement.get(pod.uid)
+                if node and node in index and pod.uid not in position:
+                    position[pod.uid] = len(pods)
+                    pods.append(pod)
+        self._releases = releases(snapshot, pods)
+        self._rows = {
+            id(unit): [position[p.uid] for p in unit.pods if p.uid in position]
+            for unit in candidates
+        }
+
+    def freed(self, units: Sequence[Unit]) -> NodeView:
+        """``snapshot.view`` with every pod of ``units`` (some of the candidates) gone."""
+        keep = np.zeros(len(self._releases), dtype=bool)
+        keep[[row for unit in units for row in self._rows[id(unit)]]] = True
+        return self._releases.only(keep).freed(self._view)

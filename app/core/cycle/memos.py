@@ -145,6 +145,7 @@ class SnapshotMemo:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._values: dict[Hashable, object] = {}
+        self._lasting: dict[Hashable, object] = {}
 
     def get(self, snapshot: Snapshot, key: Hashable, make: Callable[[], T]) -> T:
         """The value of ``key`` for ``snapshot``, made by ``make()`` the first time."""
@@ -156,6 +157,16 @@ class SnapshotMemo:
         value = make()
         self.put(snapshot, key, value)
         return value
+
+    def lasting(self, key: Hashable, make: Callable[[], T]) -> T:
+        """A value of ``key`` kept across snapshots (for what checks itself against each new
+        one, such as a per-pod memo), made by ``make()`` the first time."""
+        with self._lock:
+            if key not in self._lasting:
+                if len(self._lasting) > 16:
+                    self._lasting.clear()
+                self._lasting[key] = make()
+            return cast(T, self._lasting[key])
 
     def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
         """Keep ``value`` for ``key`` (replacing what was kept) while ``snapshot`` is current."""

@@ -30,7 +30,7 @@ import numpy as np
 from app.core.actions.allocate import allocate
 from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
 from app.core.actions.backfill import Ending, ending, may_backfill, reserve_for
-from app.core.actions.victims import Unit, freed, running_units
+from app.core.actions.victims import LoneMemo, Unit, freed, running_units
 from app.core.cycle.describe import gang_state
 from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
@@ -925,9 +925,20 @@ def _units(o: Outlook) -> tuple[list[Unit], float]:
         now=o.now,
         protection=o.protection,
         protected_until=young,
+        lone=lone_memo(o, "queue names"),
     )
     o.kept.put(snapshot, key, (o.now, min(young, default=math.inf), units))
     return units, o.now
+
+
+def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
+    """The memo of lone pods' units for ``running_units`` (one per ``purpose``: per way of
+    naming a pod's queue), kept across snapshots while the queue config and the protection
+    policy are the same objects (a unit's queue and protection come from them)."""
+    held: list[Any] = o.kept.lasting(("lone units", purpose), lambda: [None, None, {}])
+    if held[0] is not o.config or held[1] is not o.protection:
+        held[:] = [o.config, o.protection, {}]
+    return cast(LoneMemo, held[2])
 
 
 def _find_priority_fix(o: Outlook, job: Job, queue: str, units: list[Unit]) -> list[Fix]:

@@ -36,9 +36,15 @@ class Occupant:
 
 def occupied(view: NodeView, occupants: Sequence[Occupant]) -> NodeView:
     """``view`` with ``occupants``' members placed."""
+    return _placed(view, _load(view, occupants))
+
+
+def _load(view: NodeView, occupants: Sequence[Occupant]) -> tuple[np.ndarray, np.ndarray] | None:
+    """What ``occupants`` add to ``view``'s used rows and take from its devices' free milli
+    (negative), found once for many views of the same nodes (None: no occupants)."""
     if not occupants:
-        return view
-    used, gpu_free = view.used.copy(), view.gpu_free.copy()
+        return None
+    used, gpu_free = np.zeros_like(view.used), np.zeros_like(view.gpu_free)
     for occupant in occupants:
         for pod in occupant.members:
             node = occupant.allocation.placed.get(pod.uid)
@@ -50,7 +56,14 @@ def occupied(view: NodeView, occupants: Sequence[Occupant]) -> NodeView:
             if devices:
                 count = device_count(view.nodes[row])
                 take(gpu_free[row, :count], GpuAsk.of(pod), devices, reported=True)
-    return replace(view, used=used, gpu_free=np.maximum(gpu_free, 0))
+    return used, gpu_free
+
+
+def _placed(view: NodeView, load: tuple[np.ndarray, np.ndarray] | None) -> NodeView:
+    """``view`` with ``load`` (``_load``) placed."""
+    if load is None:
+        return view
+    return replace(view, used=view.used + load[0], gpu_free=np.maximum(view.gpu_free + load[1], 0))
 
 
 def earliest(
@@ -70,14 +83,15 @@ def earliest(
     for i, start in enumerate(starts):
         stop = starts[i + 1] if i + 1 < len(starts) else None
         active = [o for o in occupants if o.since <= start < o.until]
+        load = _load(view, active)
         low = bisect.bisect_right(ends, start)
         high = len(ends) if stop is None else max(bisect.bisect_left(ends, stop), low)
 
         def possible(k: int) -> bool:
-            return bound.possible(occupied(order.releases.freed(view, k), active))  # noqa: B023
+            return bound.possible(_placed(order.releases.freed(view, k), load))  # noqa: B023
 
         def attempt(k: int) -> Allocation | None:
-            freed = occupied(order.releases.freed(view, k), active)  # noqa: B023
+            freed = _placed(order.releases.freed(view, k), load)  # noqa: B023
             if not bound.possible(freed):
                 return None
             placed = allocate(freed, members, strategy=strategy)

@@ -29,7 +29,14 @@ from app.core.admission.workloads import (
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import gangs_of
 from app.core.cycle.outlook import Outlook
-from app.core.insight.explain import Explanation, Job, explain_job, place_job, view_for
+from app.core.insight.explain import (
+    Explanation,
+    Job,
+    explain_job,
+    lone_memo,
+    place_job,
+    view_for,
+)
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.labels import MIN_MEMBER, POD_GROUP, QUEUE, TOPOLOGY_PREFERRED
@@ -308,6 +315,7 @@ def _room(o: Outlook, job: Job, explanation: Explanation) -> Any:
             lambda p: queue_name(p, o.config, o.scheduler_name),
             now=o.now,
             protection=o.protection,
+            lone=lone_memo(o, f"queue_name {o.scheduler_name}"),
         )
         if not any(p.uid in taken for p in u.pods)
     ]

@@ -8,12 +8,15 @@ whether waiting work would finish before a reservation starts (backfill).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 from app.core.model import labels
 from app.core.model.values import Pod
 
 EXPECTED_RUNTIME = "muster.io/expected-runtime"
+T = TypeVar("T")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
@@ -34,8 +37,40 @@ def parse_duration(text: str) -> float | None:
 
 def declared_runtime(pod: Pod) -> float | None:
     """The pod's declared expected runtime in seconds, if it declares a valid one."""
+    return _DECLARED.of(pod)
+
+
+class PodFact(Generic[T]):
+    """One value derived from a pod object alone, kept per uid while the cache hands out that
+    very object (pods are immutable: an update is a new object, so identity says unchanged).
+    Explain and what-if read it for every running pod after each cache change; this makes
+    that pass a lookup instead of a parse."""
+
+    #: Entries kept at most; past it the memo starts over (uids of gone pods pile up).
+    LIMIT = 1 << 17
+
+    def __init__(self, derive: Callable[[Pod], T]) -> None:
+        self._derive = derive
+        self._kept: dict[str, tuple[Pod, T]] = {}
+
+    def of(self, pod: Pod) -> T:
+        """``derive(pod)``, from the memo when ``pod`` is the object it was derived from."""
+        hit = self._kept.get(pod.uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        value = self._derive(pod)
+        if len(self._kept) >= self.LIMIT:
+            self._kept = {}
+        self._kept[pod.uid] = (pod, value)
+        return value
+
+
+def _declared_runtime(pod: Pod) -> float | None:
     raw = labels.lookup(EXPECTED_RUNTIME, pod.labels, pod.annotations)
     return parse_duration(raw) if raw else None
+
+
+_DECLARED: PodFact[float | None] = PodFact(_declared_runtime)
 
 
 def expected_end(pod: Pod, started: float, default_runtime: float) -> float:

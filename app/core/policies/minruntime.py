@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from app.core.model import labels
 from app.core.model.queues import QueueConfig
-from app.core.model.runtime import parse_duration
+from app.core.model.runtime import PodFact, parse_duration
 from app.core.model.values import Pod
 
 #: The label or annotation a pod states its own protection with.
@@ -23,15 +23,19 @@ MIN_RUNTIME = "muster.io/min-runtime"
 def declared(pods: Sequence[Pod]) -> float | None:
     """The longest ``muster.io/min-runtime`` any of ``pods`` states (None: none does;
     ``"0"`` states no protection)."""
-    found: list[float] = []
-    for pod in pods:
-        raw = labels.lookup(MIN_RUNTIME, pod.labels, pod.annotations)
-        if not raw:
-            continue
-        seconds = 0.0 if raw.strip() in {"0", "0s"} else parse_duration(raw)
-        if seconds is not None:
-            found.append(seconds)
+    found = [s for s in map(_OWN.of, pods) if s is not None]
     return max(found, default=None)
+
+
+def _own(pod: Pod) -> float | None:
+    raw = labels.lookup(MIN_RUNTIME, pod.labels, pod.annotations)
+    if not raw:
+        return None
+    return 0.0 if raw.strip() in {"0", "0s"} else parse_duration(raw)
+
+
+#: Each pod's own ``muster.io/min-runtime``, read once per pod object.
+_OWN: PodFact[float | None] = PodFact(_own)
 
 
 class MinRuntime:
