@@ -1,0 +1,804 @@
+"""End-to-end benchmark: the same GPU workloads through kube-scheduler alone and through Muster.
+
+Runs on the e2e control plane (etcd + kube-apiserver + kube-scheduler 1.20, loopback only, see
+tests/e2e/controlplane.py). One run starts one control plane, then, for each system in turn,
+kube-scheduler with a profile *without* extender ("alone"), or Muster (a child ``muster serve``
+process watching the API) plus kube-scheduler with Muster as its extender, using the backoff
+of the shipped ``scheduler-config/`` profile. Every scenario gets its own namespace and
+nodes (deleted afterwards). An event-driven fake kubelet starts a job once all its pods are
+bound and completes it by deleting them after its runtime.
+
+Scenarios (issue 12's targets):
+
+* ``singles``: 400 x 1-GPU pods on 50 x 8-GPU nodes, all submitted at once: bind rate.
+* ``gangs``: 50 x 8-pod gangs on the same 50 nodes (room for all), and 150 gangs (three times
+  the capacity, job order): time until a capacity's worth is bound whole, against
+  kube-scheduler alone binding the same number of single pods.
+* ``contention``: 20 x 8-GPU nodes, sixty 8-pod gangs of 1-GPU pods, shuffled, runtime
+  60 s +- 50 % (``--time-scale`` shrinks it): GPU capacity idle while work waits, freed GPUs
+  -> next gang bound latency, makespan against the capacity bound, whole jobs, partial gangs,
+  over-commit. kube-scheduler alone gets the same jobs in job order (shuffled, it deadlocks).
+* ``preemption``: a high-priority 8-pod gang arriving at a full cluster of low-priority
+  gangs: time until it is bound whole (p50 over ``--trials``), victim gangs broken.
+
+It prints figures, not verdicts: ``python scripts/bench_e2e.py [--time-scale 0.1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes.client
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "tests" / "e2e"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from controlplane import (  # noqa: E402
+    GPU_RESOURCE,
+    ControlPlane,
+    create_gpu_node,
+    free_ports,
+    wait_for,
+)
+from harness import SCHEDULER_CONFIG  # noqa: E402
+
+GPUS_PER_NODE = 8
+SHIPPED_PROFILE = ROOT / "scheduler-config" / "muster-profile.yaml"
+SYSTEMS = ("alone", "muster")
+
+
+def shipped_backoff() -> tuple[int, int]:
+    """podInitialBackoffSeconds / podMaxBackoffSeconds of the shipped profile."""
+    config = yaml.safe_load(SHIPPED_PROFILE.read_text())
+    return int(config["podInitialBackoffSeconds"]), int(config["podMaxBackoffSeconds"])
+
+
+def scheduler_config(system: str, muster_url: str = "") -> str:
+    """kube-scheduler 1.20's configuration: Muster's (the e2e one, with the shipped backoff)
+    or the same profile without extender, where kube-scheduler counts GPUs and preempts
+    pods itself."""
+    config = yaml.safe_load(SCHEDULER_CONFIG.replace("MUSTER_URL", muster_url or "x"))
+    initial, most = shipped_backoff()
+    config["podInitialBackoffSeconds"], config["podMaxBackoffSeconds"] = initial, most
+    if system == "alone":
+        del config["extenders"]
+        config["profiles"] = [{"schedulerName": "muster"}]
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+# ---- pods and their lives ----------------------------------------------------------------
+
+
+def pod_body(
+    name: str, ns: str, group: str, job: str = "", size: int = 0, priority_class: str = ""
+) -> dict[str, Any]:
+    """A 1-GPU pod for the ``muster`` profile, confined to nodes labelled ``bench=<group>``;
+    a gang member when ``size`` is set."""
+    labels = {"job": job or name}
+    if size:
+        labels.update({"muster.io/pod-group": job, "muster.io/min-member": str(size)})
+    spec: dict[str, Any] = {
+        "schedulerName": "muster",
+        "nodeSelector": {"bench": group},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.9",
+                "resources": {
+                    "requests": {"cpu": "10m", GPU_RESOURCE: "1"},
+                    "limits": {GPU_RESOURCE: "1"},
+                },
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
+
+
+@dataclass(slots=True)
+class PodLife:
+    """What the watch saw of one pod (monotonic seconds)."""
+
+    job: str
+    bound: float | None = None
+    node: str = ""
+    gone: float | None = None
+    evicted: bool = False
+
+
+class Tracker:
+    """Watches one namespace's pods (raw JSON) in a thread; keeps each pod's life, the GPUs
+    in use per node (and the most ever), and calls ``on_change(name, life)`` on a bind or a
+    deletion."""
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, ns: str) -> None:
+        self.core, self.ns = core, ns
+        self.pods: dict[str, PodLife] = {}
+        self.used: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
+        self.listeners: list[Callable[[str, PodLife, dict[str, Any]], None]] = []
+        self.lock = threading.Lock()
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
+        self._version = ""
+
+    def __enter__(self) -> Tracker:
+        body = json.loads(self.core.list_namespaced_pod(self.ns, _preload_content=False).data)
+        self._version = body["metadata"]["resourceVersion"]
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                response = self.core.list_namespaced_pod(
+                    self.ns,
+                    watch=True,
+                    resource_version=self._version,
+                    timeout_seconds=2,
+                    allow_watch_bookmarks=True,
+                    _preload_content=False,
+                    _request_timeout=(5, 10),
+                )
+                try:
+                    for line in response:
+                        for part in line.splitlines():
+                            if part.strip():
+                                self._apply(json.loads(part))
+                finally:
+                    response.release_conn()
+            except Exception as exc:  # surfaced by the runner
+                if not self._stop.is_set():
+                    self.error = exc
+                return
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        obj = event["object"]
+        meta = obj.get("metadata", {})
+        self._version = meta.get("resourceVersion") or self._version
+        if event["type"] in ("BOOKMARK", "ERROR"):
+            if event["type"] == "ERROR":
+                raise RuntimeError(f"watch error: {obj}")
+            return
+        name = meta["name"]
+        now = time.monotonic()
+        with self.lock:
+            life = self.pods.setdefault(name, PodLife(meta.get("labels", {}).get("job", "")))
+            node = obj.get("spec", {}).get("nodeName") or ""
+            changed = False
+            if event["type"] == "DELETED":
+                if life.gone is None:
+                    life.gone, changed = now, True
+                    if life.node:
+                        self.used[life.node] -= 1
+            elif node and life.bound is None:
+                life.bound, life.node, changed = now, node, True
+                self.used[node] += 1
+                self.most[node] = max(self.most[node], self.used[node])
+            if meta.get("deletionTimestamp") and life.gone is None:
+                life.evicted = True
+                changed = True
+        if changed:
+            for listener in self.listeners:
+                listener(name, life, obj)
+
+    def bound_count(self) -> int:
+        with self.lock:
+            return sum(1 for p in self.pods.values() if p.bound is not None)
+
+    def overcommit(self) -> int:
+        """GPUs bound beyond a node's capacity, at the worst moment, summed over nodes."""
+        with self.lock:
+            return sum(max(n - GPUS_PER_NODE, 0) for n in self.most.values())
+
+
+class Kubelet:
+    """Event-driven fake kubelet: a job starts when all its pods are bound (they are marked
+    Running), and after its runtime its pods are deleted; evicted pods are confirmed gone."""
+
+    def __init__(
+        self, core: kubernetes.client.CoreV1Api, ns: str, jobs: dict[str, tuple[int, float]]
+    ) -> None:
+        self.core, self.ns, self.jobs = core, ns, jobs  # job -> (size, runtime)
+        self.members: dict[str, set[str]] = {j: set() for j in jobs}
+        self.started: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self._due: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-kubelet")
+        self._thread = threading.Thread(target=self._run, name="bench-kubelet", daemon=True)
+
+    def on_change(self, name: str, life: PodLife, obj: dict[str, Any]) -> None:
+        """Tracker listener (runs on the watch thread: quick, no API calls here)."""
+        job = life.job
+        if life.evicted and life.gone is None:
+            self._pool.submit(self._delete, name)
+        if job not in self.jobs:
+            return
+        if life.gone is not None:
+            self.members[job].discard(name)
+            return
+        if life.bound is None:
+            return
+        self.members[job].add(name)
+        size, runtime = self.jobs[job]
+        if job not in self.started and len(self.members[job]) == size:
+            now = time.monotonic()
+            self.started[job] = now
+            for member in self.members[job]:
+                self._pool.submit(self._mark_running, member)
+            with self._cond:
+                heapq.heappush(self._due, (now + runtime, job))
+                self._cond.notify()
+
+    def _mark_running(self, name: str) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(
+                name, self.ns, {"status": {"phase": "Running"}}, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                self.error = exc
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(
+                name, self.ns, grace_period_seconds=0, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                self.error = exc
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and (not self._due or self._due[0][0] > time.monotonic()):
+                    timeout = self._due[0][0] - time.monotonic() if self._due else None
+                    self._cond.wait(timeout)
+                if self._stop:
+                    return
+                _, job = heapq.heappop(self._due)
+            self.finished[job] = time.monotonic()
+            for name in list(self.members[job]):
+                self._pool.submit(self._delete, name)
+
+    def __enter__(self) -> Kubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=True)
+
+
+# ---- systems ---------------------------------------------------------------------------
+
+
+@contextmanager
+def muster_process(cp: ControlPlane) -> Iterator[str]:
+    """``muster serve`` in cluster mode against ``cp`` (default settings, 1.20's mirror of
+    unresolvable reasons); yields its URL once it has synced."""
+    (port,) = free_ports(1)
+    assert cp.dir is not None
+    log = (cp.dir / "muster.log").open("wb")
+    argv = [sys.executable, "-m", "app.cli", "serve", "--kubeconfig", str(cp.kubeconfig),
+            "--port", str(port), "--mirror-unresolvable", "--log-level", "WARNING"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"muster exited: {(cp.dir / 'muster.log').read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(ready, 60, "Muster to sync")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@contextmanager
+def system(cp: ControlPlane, name: str) -> Iterator[str]:
+    """kube-scheduler alone, or Muster + kube-scheduler with Muster as extender."""
+    if name == "alone":
+        cp.start_scheduler(scheduler_config("alone"))
+        try:
+            yield ""
+        finally:
+            cp.stop_scheduler()
+        return
+    with muster_process(cp) as url:
+        cp.start_scheduler(scheduler_config("muster", url + "/"))
+        try:
+            yield url
+        finally:
+            cp.stop_scheduler()
+
+
+# ---- scenario plumbing ----------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One scenario on one system: a namespace, its nodes, a tracker; cleaned up after."""
+
+    core: kubernetes.client.CoreV1Api
+    ns: str
+    nodes: list[str]
+    muster: str
+    tracker: Tracker
+    pool: ThreadPoolExecutor
+
+    def create(self, bodies: Sequence[dict[str, Any]], *, in_order: bool = False) -> float:
+        """Create pods concurrently (``in_order``: one by one); returns when it started."""
+        started = time.monotonic()
+
+        def one(body: dict[str, Any]) -> None:
+            self.core.create_namespaced_pod(self.ns, body, _preload_content=False)
+
+        if in_order:
+            for body in bodies:
+                one(body)
+            return started
+        for done in self.pool.map(one, bodies):
+            del done
+        return started
+
+    def wait(self, check: Callable[[], bool], timeout: float, what: str) -> float:
+        """Wait for ``check`` (watch failures raise); returns when it held."""
+
+        def ok() -> bool:
+            if self.tracker.error is not None:
+                raise RuntimeError(f"watch failed: {self.tracker.error}")
+            return check()
+
+        wait_for(ok, timeout, what, interval=0.02)
+        return time.monotonic()
+
+
+_counter = iter(range(1_000_000))
+
+
+@contextmanager
+def scenario(
+    core: kubernetes.client.CoreV1Api, muster: str, name: str, nodes: int
+) -> Iterator[Run]:
+    tag = f"{name}-{next(_counter)}"
+    core.create_namespace({"metadata": {"name": tag}}, _preload_content=False)
+    names = [f"{tag}-n{i}" for i in range(nodes)]
+    with ThreadPoolExecutor(8, thread_name_prefix="bench-create") as pool:
+        list(
+            pool.map(
+                lambda n: create_gpu_node(core, n, gpus=GPUS_PER_NODE, labels={"bench": tag}),
+                names,
+            )
+        )
+        if muster:
+            wait_for(lambda: _muster_knows(muster, names), 60, "Muster to see the nodes")
+        try:
+            with Tracker(core, tag) as tracker:
+                yield Run(core, tag, names, muster, tracker, pool)
+        finally:
+            core.delete_collection_namespaced_pod(
+                tag, grace_period_seconds=0, _preload_content=False
+            )
+            wait_for(lambda: not core.list_namespaced_pod(tag).items, 60, "pods to go")
+            for n in names:
+                core.delete_node(n, _preload_content=False)
+
+
+def _muster_knows(url: str, names: list[str]) -> bool:
+    nodes = httpx.get(f"{url}/debug/nodes", timeout=10).json()["nodes"]
+    return set(names) <= {n["name"] for n in nodes}
+
+
+def gang_bodies(ns: str, jobs: Sequence[str], size: int, **extra: str) -> list[dict[str, Any]]:
+    return [pod_body(f"{j}-{i}", ns, ns, j, size, **extra) for j in jobs for i in range(size)]
+
+
+def whole_gangs(tracker: Tracker, jobs: Sequence[str], size: int) -> int:
+    with tracker.lock:
+        by_job = Counter(p.job for p in tracker.pods.values() if p.bound and p.gone is None)
+    return sum(1 for j in jobs if by_job[j] == size)
+
+
+def partial_gangs(tracker: Tracker, size: int, hold: float = 2.0) -> int:
+    """Gangs whose first member was bound over ``hold`` s before the last (or never)."""
+    with tracker.lock:
+        times: dict[str, list[float]] = {}
+        for p in tracker.pods.values():
+            if p.bound is not None:
+                times.setdefault(p.job, []).append(p.bound)
+    return sum(1 for t in times.values() if len(t) < size or max(t) - min(t) > hold)
+
+
+# ---- scenarios --------------------------------------------------------------------------
+
+
+@dataclass
+class Sizes:
+    """Workload sizes (the issue's by default; the smoke test shrinks them)."""
+
+    nodes: int = 50
+    singles: int = 400
+    gang_size: int = 8
+    over: int = 3
+    contention_nodes: int = 20
+    contention_jobs: int = 60
+    runtime: float = 60.0
+    preempt_nodes: int = 4
+    trials: int = 5
+
+
+def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, float]:
+    with scenario(core, muster, "singles", s.nodes) as run:
+        bodies = [pod_body(f"p{i}", run.ns, run.ns) for i in range(s.singles)]
+        start = run.create(bodies)
+        end = run.wait(lambda: run.tracker.bound_count() == s.singles, 300, "singles bound")
+        took = end - start
+        return {"seconds": took, "rate": s.singles / took, "overcommit": run.tracker.overcommit()}
+
+
+def run_gangs(
+    core: kubernetes.client.CoreV1Api, muster: str, s: Sizes, factor: int
+) -> dict[str, float]:
+    """``factor`` x the cluster's worth of gangs, job order; time until a capacity's worth
+    of gangs is bound whole."""
+    fit = s.nodes * GPUS_PER_NODE // s.gang_size
+    with scenario(core, muster, f"gangs{factor}x", s.nodes) as run:
+        jobs = [f"g{k:03d}" for k in range(fit * factor)]
+        bodies = gang_bodies(run.ns, jobs, s.gang_size)
+        box: list[float] = []
+        creator = threading.Thread(target=lambda: box.append(run.create(bodies)))
+        begin = time.monotonic()
+        creator.start()
+        try:
+            if muster:
+                end = run.wait(lambda: whole_gangs(run.tracker, jobs, s.gang_size) >= fit, 300,
+                               f"{fit} gangs bound whole")  # fmt: skip
+            else:  # kube-scheduler alone fills the cluster pod by pod, whole gangs or not
+                end = run.wait(lambda: run.tracker.bound_count() >= fit * s.gang_size, 300,
+                               "the cluster to fill")  # fmt: skip
+        finally:
+            creator.join()
+        took = end - (box[0] if box else begin)
+        return {
+            "seconds": took,
+            "whole": whole_gangs(run.tracker, jobs, s.gang_size),
+            "pods": fit * s.gang_size,
+            "partial": partial_gangs(run.tracker, s.gang_size) if factor == 1 else 0,
+            "overcommit": run.tracker.overcommit(),
+        }
+
+
+def run_contention(
+    core: kubernetes.client.CoreV1Api, muster: str, s: Sizes, scale: float, shuffled: bool
+) -> dict[str, Any]:
+    rng = random.Random(12)
+    jobs = {f"j{k:02d}": (s.gang_size, s.runtime * scale * rng.uniform(0.5, 1.5))
+            for k in range(s.contention_jobs)}  # fmt: skip
+    capacity = s.contention_nodes * GPUS_PER_NODE
+    fit = capacity // s.gang_size
+    with scenario(core, muster, "contention", s.contention_nodes) as run:
+        bodies = gang_bodies(run.ns, list(jobs), s.gang_size)
+        if shuffled:
+            rng.shuffle(bodies)
+        with Kubelet(core, run.ns, jobs) as kubelet:
+            run.tracker.listeners.append(kubelet.on_change)
+            start = run.create(bodies, in_order=not shuffled)
+            first = run.wait(lambda: len(kubelet.started) >= min(fit, len(jobs)), 600,
+                             "the cluster to fill")  # fmt: skip
+            limit = 20 * s.runtime * scale + 300
+            end = run.wait(
+                lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs), limit,
+                "every job to finish",
+            )  # fmt: skip
+            if kubelet.error is not None:
+                raise RuntimeError(f"kubelet failed: {kubelet.error}")
+        figures = contention_figures(run.tracker, jobs, capacity, start, end)
+        figures.update(
+            {
+                "fill_seconds": first - start,
+                "fill_pods": fit * s.gang_size,
+                "whole": len(kubelet.started),
+                "jobs": len(jobs),
+                "partial": partial_gangs(run.tracker, s.gang_size),
+                "overcommit": run.tracker.overcommit(),
+            }
+        )
+        return figures
+
+
+def _all_gone(tracker: Tracker, jobs: dict[str, tuple[int, float]]) -> bool:
+    with tracker.lock:
+        return all(p.gone is not None for p in tracker.pods.values() if p.job in jobs)
+
+
+def contention_figures(
+    tracker: Tracker, jobs: dict[str, tuple[int, float]], capacity: int, start: float, end: float
+) -> dict[str, Any]:
+    """Idle capacity while work waits, freed -> next gang latency, makespan / bound.
+
+    A job *runs* from its last member's bind to its first member's deletion; GPUs not held by
+    running jobs are idle. Work *waits* while some job has not started. Each job frees one
+    gang's worth of GPUs; while jobs wait, the k-th freeing is matched with the k-th start
+    that follows the initial fill (every gang fits any freed gang's worth).
+    """
+    with tracker.lock:
+        by_job: dict[str, list[PodLife]] = {}
+        for p in tracker.pods.values():
+            by_job.setdefault(p.job, []).append(p)
+    starts, ends = {}, {}
+    for job in jobs:
+        lives = by_job.get(job, [])
+        bound = [p.bound for p in lives if p.bound is not None]
+        gone = [p.gone for p in lives if p.gone is not None]
+        if len(bound) == jobs[job][0]:
+            starts[job] = max(bound)
+            ends[job] = min(gone) if gone else end
+    changes: list[tuple[float, int, int]] = []  # (time, GPU delta, waiting delta)
+    size = {j: n for j, (n, _) in jobs.items()}
+    for job in jobs:
+        changes.append((start, 0, 1))
+        if job in starts:
+            changes.append((starts[job], size[job], -1))
+            changes.append((ends[job], -size[job], 0))
+    changes.sort()
+    idle = 0.0
+    busy = waiting = 0
+    last = start
+    for t, gpus, wait in changes:
+        if waiting > 0:
+            idle += (capacity - busy) * (t - last)
+        busy += gpus
+        waiting += wait
+        last = t
+    makespan = end - start
+    work = sum(n * r for n, r in jobs.values())
+    bound = max(work / capacity, max(r for _, r in jobs.values()))
+    order = sorted(starts.values())
+    fit = capacity // max(size.values())
+    later_starts = order[fit:]
+    frees = sorted(ends.values())
+    latencies = [s - f for f, s in zip(frees, later_starts, strict=False)]
+    return {
+        "idle_pct": 100.0 * idle / (capacity * makespan),
+        "makespan": makespan,
+        "bound": bound,
+        "makespan_ratio": makespan / bound,
+        "reuse_p50": _pct(latencies, 50),
+        "reuse_p99": _pct(latencies, 99),
+        "reuse_n": len(latencies),
+    }
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def run_preemption(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, Any]:
+    """Per trial: fill ``preempt_nodes`` with low-priority 8-pod gangs, let them run, then
+    submit a high-priority 8-pod gang; time until it is bound whole."""
+    times: list[float] = []
+    broken = 0
+    fit = s.preempt_nodes * GPUS_PER_NODE // s.gang_size
+    overcommit = 0
+    for trial in range(s.trials):
+        with scenario(core, muster, "preempt", s.preempt_nodes) as run:
+            low = [f"low{trial}x{k}" for k in range(fit)]
+            jobs = {j: (s.gang_size, 3600.0) for j in [*low, f"high{trial}"]}
+            with Kubelet(core, run.ns, jobs) as kubelet:
+                run.tracker.listeners.append(kubelet.on_change)
+                run.create(gang_bodies(run.ns, low, s.gang_size, priority_class="bench-low"))
+                run.wait(lambda: len(kubelet.started) == fit, 120, "the low gangs to run")
+                high = f"high{trial}"
+                start = run.create(
+                    gang_bodies(run.ns, [high], s.gang_size, priority_class="bench-high")
+                )
+                end = run.wait(
+                    lambda job=high: job in kubelet.started,
+                    120,
+                    "the high gang to run",
+                )
+                times.append(end - start)
+                with run.tracker.lock:
+                    gone = Counter(p.job for p in run.tracker.pods.values() if p.gone or p.evicted)
+                broken += sum(1 for j in low if 0 < gone[j] < s.gang_size)
+            overcommit += run.tracker.overcommit()
+    return {
+        "p50": statistics.median(times),
+        "times": times,
+        "broken": broken,
+        "overcommit": overcommit,
+    }
+
+
+def priority_classes(core: kubernetes.client.CoreV1Api) -> None:
+    scheduling = kubernetes.client.SchedulingV1Api(core.api_client)
+    for name, value in (("bench-low", 10), ("bench-high", 1000)):
+        scheduling.create_priority_class(
+            {"metadata": {"name": name}, "value": value}, _preload_content=False
+        )
+
+
+# ---- the run ---------------------------------------------------------------------------
+
+SCENARIOS = ("singles", "gangs", "contention", "preemption")
+
+
+@dataclass
+class Results:
+    """Figures per system and scenario."""
+
+    figures: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SYSTEMS})
+
+
+def run(
+    sizes: Sizes, *, time_scale: float = 1.0, only: Sequence[str] = SCENARIOS,
+    systems: Sequence[str] = SYSTEMS, log: Callable[[str], None] = print,
+) -> Results:  # fmt: skip
+    """Run the chosen scenarios on each system on one control plane; returns the figures."""
+    results = Results()
+    with ControlPlane() as cp:
+        api = cp.api_client()
+        api.configuration.connection_pool_maxsize = 16
+        core = kubernetes.client.CoreV1Api(api)
+        priority_classes(core)
+        for name in systems:
+            with system(cp, name) as muster:
+                out = results.figures[name]
+                if "singles" in only:
+                    out["singles"] = run_singles(core, muster, sizes)
+                    log(f"{name} singles: {out['singles']}")
+                if "gangs" in only:
+                    out["gangs"] = run_gangs(core, muster, sizes, 1)
+                    log(f"{name} gangs with room: {out['gangs']}")
+                    out["gangs_over"] = run_gangs(core, muster, sizes, sizes.over)
+                    log(f"{name} gangs {sizes.over}x over: {out['gangs_over']}")
+                if "contention" in only:
+                    shuffled = name == "muster"
+                    out["contention"] = run_contention(core, muster, sizes, time_scale, shuffled)
+                    log(f"{name} contention: {out['contention']}")
+                if "preemption" in only:
+                    out["preemption"] = run_preemption(core, muster, sizes)
+                    log(f"{name} preemption: {out['preemption']}")
+        api.close()
+    return results
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def report(results: Results, sizes: Sizes, time_scale: float) -> str:
+    """The figures as a table: Muster, kube-scheduler alone, ratio, target."""
+    alone, muster = results.figures["alone"], results.figures["muster"]
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(what: str, m: str, a: str, ratio: str, target: str) -> None:
+        rows.append((what, m, a, ratio, target))
+
+    if "singles" in muster and "singles" in alone:
+        m, a = muster["singles"], alone["singles"]
+        row(f"1 singles: {sizes.singles} pods bind rate (pods/s)", f"{m['rate']:.0f}",
+            f"{a['rate']:.0f}", f"{100 * m['rate'] / a['rate']:.0f}%", ">= 80%")  # fmt: skip
+    if "gangs" in muster and "singles" in alone:
+        base = alone["singles"]["seconds"] * (muster["gangs"]["pods"] / sizes.singles)
+        for key, label in (("gangs", "2a gangs with room"),
+                           ("gangs_over", f"2b gangs {sizes.over}x over")):  # fmt: skip
+            m = muster[key]
+            a = alone.get(key)
+            also = f" (these gangs: {a['seconds']:.1f}, {a['whole']} whole)" if a else ""
+            row(f"{label}: {m['pods']} pods bound whole (s)", f"{m['seconds']:.1f}",
+                f"{base:.1f} singles{also}",
+                _ratio(m["seconds"], base), "<= 1.5x")  # fmt: skip
+    if "contention" in muster:
+        m, a = muster["contention"], alone.get("contention", {})
+
+        def g(d: dict[str, Any], k: str, f: str) -> str:
+            return format(d[k], f) if k in d else "-"
+
+        row("3 contention: GPU idle while work waits (%)", g(m, "idle_pct", ".1f"),
+            g(a, "idle_pct", ".1f"), "", "<= 2%")  # fmt: skip
+        row("3 freed GPUs -> next gang bound p50 (s)", g(m, "reuse_p50", ".2f"),
+            g(a, "reuse_p50", ".2f"), "", "<= 1 s")  # fmt: skip
+        row("3 freed GPUs -> next gang bound p99 (s)", g(m, "reuse_p99", ".2f"),
+            g(a, "reuse_p99", ".2f"), "", "<= 3 s")  # fmt: skip
+        row("3 makespan / capacity bound", g(m, "makespan_ratio", ".2f"),
+            g(a, "makespan_ratio", ".2f"), "", "<= 1.15")  # fmt: skip
+        row("3 makespan (s)", g(m, "makespan", ".1f"), g(a, "makespan", ".1f"),
+            _ratio(m["makespan"], a["makespan"]) if a else "", "")  # fmt: skip
+        row("3 jobs whole", f"{m['whole']}/{m['jobs']}",
+            f"{a['whole']}/{a['jobs']}" if a else "-", "", "all")  # fmt: skip
+        row("3 partial gangs / over-commit", f"{m['partial']} / {m['overcommit']}",
+            f"{a['partial']} / {a['overcommit']}" if a else "-", "", "0 / 0")  # fmt: skip
+        if "singles" in alone:
+            base = alone["singles"]["seconds"] * m["fill_pods"] / sizes.singles
+            row(f"3 first {m['fill_pods']} pods bound whole (s)", f"{m['fill_seconds']:.1f}",
+                f"{base:.1f} singles", _ratio(m["fill_seconds"], base), "<= 1.5x")  # fmt: skip
+    if "preemption" in muster:
+        m, a = muster["preemption"], alone.get("preemption", {})
+        row(f"4 preemption: high gang whole, p50 of {len(m['times'])} (s)", f"{m['p50']:.2f}",
+            f"{a['p50']:.2f}" if a else "-", _ratio(m["p50"], a["p50"]) if a else "",
+            "<= 5 s")  # fmt: skip
+        row("4 victim gangs broken / over-commit", f"{m['broken']} / {m['overcommit']}",
+            f"{a['broken']} / {a['overcommit']}" if a else "-", "", "0 / 0")  # fmt: skip
+    head = ("target", "Muster", "kube-scheduler alone", "ratio", "goal")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    lines = [
+        f"bench_e2e: kube-scheduler 1.20 on the e2e control plane; runtimes x{time_scale:g}"
+        + (" (contention: Muster shuffled, alone in job order)" if rows else ""),
+        "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply job runtimes (60 s +- 50%%) by this (quick run: 0.1)",
+    )
+    parser.add_argument("--trials", type=int, default=5, help="preemption trials (default 5)")
+    parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS))
+    args = parser.parse_args(argv)  # fmt: skip
+    sizes = Sizes(trials=args.trials)
+    results = run(sizes, time_scale=args.time_scale, only=args.only, systems=args.systems,
+                  log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
+    print(report(results, sizes, args.time_scale))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

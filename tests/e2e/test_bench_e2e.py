@@ -1,0 +1,49 @@
+"""Keep scripts/bench_e2e.py working: every scenario at a tiny size on both systems.
+
+No timing assertions (the machine is shared); correctness only: through Muster every gang
+runs whole, no GPU is over-committed, preemption breaks no victim gang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from tests.scriptload import script_module
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    yield from script_module("bench_e2e")
+
+
+def test_every_scenario_runs_on_both_systems_and_muster_keeps_gangs_whole(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sizes = bench.Sizes(
+        nodes=3, singles=16, over=2, contention_nodes=2, contention_jobs=5,
+        runtime=10.0, preempt_nodes=2, trials=1,
+    )  # fmt: skip
+    results = bench.run(sizes, time_scale=0.1, log=lambda _: None)
+    muster, alone = results.figures["muster"], results.figures["alone"]
+    for figures in (muster, alone):
+        assert set(figures) == {"singles", "gangs", "gangs_over", "contention", "preemption"}
+        assert figures["singles"]["overcommit"] == 0
+        assert figures["contention"]["whole"] == 5  # the fake kubelet saw every job run
+        assert figures["contention"]["overcommit"] == 0
+    assert muster["gangs"]["whole"] == muster["gangs_over"]["whole"] == 3
+    assert muster["gangs"]["partial"] == 0
+    contention = muster["contention"]
+    assert contention["partial"] == 0
+    assert contention["reuse_n"] == 5 - 2  # one freeing per job started after the fill
+    assert contention["makespan"] >= contention["bound"] * 0.99
+    assert 0 <= contention["idle_pct"] <= 100
+    preemption = muster["preemption"]
+    assert preemption["broken"] == preemption["overcommit"] == 0
+    assert len(preemption["times"]) == 1
+    print(bench.report(results, sizes, 0.1))
+    table = capsys.readouterr().out
+    for target in ("1 singles", "2a gangs", "2b gangs", "3 makespan", "4 preemption"):
+        assert target in table
