@@ -622,14 +622,24 @@ class ClusterCache:
 
     # -- binds in flight ------------------------------------------------------------------
 
-    def assume(self, uid: str, node: str, devices: tuple[int, ...] | None = None) -> Pod:
+    def assume(
+        self,
+        uid: str,
+        node: str,
+        devices: tuple[int, ...] | None = None,
+        *,
+        ttl: float | None = None,
+    ) -> Pod:
         """Count pod ``uid`` against ``node`` now, before the API confirms the bind.
 
         GPU pods also take devices: ``devices`` if given and free, else the default choice
-        (a pod reserved on this node by a plan keeps the devices of its reservation).
+        (a pod reserved or assumed on this node keeps its devices). Assuming a pod assumed
+        elsewhere moves it. The assumption lapses after ``ttl`` (default: the cache's
+        ``assume_ttl``) unless the watch confirms the bind.
         Raises ``BindRejected`` if the pod or node is unknown or the node no longer has room.
         Checking and reserving happen under one lock, so parallel binds cannot over-commit.
         """
+        ttl = self._assume_ttl if ttl is None else ttl
         with self._lock:
             pod = self._pods.get(uid)
             if pod is None:
@@ -642,7 +652,7 @@ class ClusterCache:
                     return pod
                 raise BindRejected(f"pod {pod.key} is already bound to {pod.node_name}")
             if self._placement.get(uid) == node:
-                self._assumed[uid] = self._clock() + self._assume_ttl
+                self._assumed[uid] = self._clock() + ttl
                 return pod
             self._move(uid, pod.requests, pod.requests, "")
             free = self._alloc[i] - self._used[i]
@@ -663,7 +673,7 @@ class ClusterCache:
                         f"node {node} no longer fits {pod.key}: {device_shortfall(ask, room)}"
                     )
             self._move(uid, pod.requests, pod.requests, node, devices)
-            self._assumed[uid] = self._clock() + self._assume_ttl
+            self._assumed[uid] = self._clock() + ttl
             self._bump()
             return pod
 

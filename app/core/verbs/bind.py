@@ -22,6 +22,10 @@ DeviceChooser = Callable[[Pod, str], "tuple[int, ...] | None"]
 PlanRecorder = Callable[[Pod], "str | None"]
 
 
+#: How long ``Binder.hold`` counts a pod against its node if no bind comes.
+HOLD_SECONDS = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class BindOutcome:
     """``error`` is empty on success; otherwise it is the text kube-scheduler receives."""
@@ -44,6 +48,7 @@ class Binder:
         self._gateway = gateway
         self._devices = devices
         self._records = records
+        self._held: set[str] = set()
 
     def _choose(self, uid: str, node: str) -> tuple[int, ...] | None:
         """The GPU devices the placement policy wants for the pod on ``node`` (None: the
@@ -53,8 +58,31 @@ class Binder:
         pod = self._cache.pod(uid)
         return None if pod is None or not GpuAsk.of(pod).count else self._devices(pod, node)
 
+    def hold(self, uid: str, node: str) -> bool:
+        """Count a pod scheduled on its own against ``node`` (kube-scheduler's choice-to-be)
+        from now until its bind, or for ``HOLD_SECONDS``; whether there was room.
+
+        kube-scheduler places the next pod before the bind of the last one reaches Muster,
+        and it does not count GPUs itself (``ignoredByScheduler``): without the hold, Muster
+        would offer the same free GPU to several pods in a row, and all but one bind would
+        fail and wait in kube-scheduler's backoff.
+        """
+        try:
+            self._cache.assume(uid, node, self._choose(uid, node), ttl=HOLD_SECONDS)
+        except BindRejected:
+            return False
+        self._held.add(uid)
+        return True
+
+    def drop_hold(self, uid: str) -> None:
+        """Forget the pod's hold (kube-scheduler is placing it again)."""
+        if uid in self._held:
+            self._held.discard(uid)
+            self._cache.forget(uid)
+
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Assume the pod on ``node``, then create its Binding; any failure is an error text."""
+        self._held.discard(uid)
         try:
             pod = self._cache.assume(uid, node, self._choose(uid, node))
         except BindRejected as exc:

@@ -81,12 +81,16 @@ class Extender:
             self.gpu.observe(pod)
         verdict = self.planner.verdict(pod)
         if not verdict.gang:
+            self.binder.single.drop_hold(pod.uid)
             quota = self.planner.quota_check(pod)
             if not quota.ok:
                 return FilterResult(unresolvable=dict.fromkeys(names, quota.reason))
             backfill = self.planner.backfill_ok(pod)
             view = self.cache.backfill_view() if backfill else self.cache.view()
-            return self._filter.filter(view, pod, names)
+            result = self._filter.filter(view, pod, names)
+            if len(result.feasible) == 1:  # kube-scheduler skips prioritize: this is its pick
+                self.binder.single.hold(pod.uid, result.feasible[0])
+            return result
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
         if not verdict.node:
@@ -115,7 +119,24 @@ class Extender:
             capped = np.minimum(ranking.scores, MAX_NODE_SCORE - 1)
             scores = np.where(ranking.rows == row, MAX_NODE_SCORE, capped)
             ranking = replace(ranking, scores=scores)
+        elif spec is None:
+            ranking = self._pick(pod, ranking)
         return ranking
+
+    def _pick(self, pod: Pod, ranking: Ranking) -> Ranking:
+        """For a pod on its own: Muster's best candidate alone keeps the top score (so
+        kube-scheduler, weighing Muster's score far above its own, picks it), and it is held
+        for the pod until the bind comes (``Binder.hold``), so the next pods kube-scheduler
+        places in the meantime see its GPUs taken."""
+        known = ranking.rows >= 0
+        if not known.any():
+            return ranking
+        best = int(np.argmax(np.where(known, ranking.scores, -1)))
+        top = max(int(ranking.scores[best]), 1)
+        scores = np.where(known, np.minimum(ranking.scores, top - 1), 0)
+        scores[best] = top
+        self.binder.single.hold(pod.uid, ranking.names[best])
+        return replace(ranking, scores=scores)
 
     def preempt(
         self,

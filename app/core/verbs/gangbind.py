@@ -91,6 +91,11 @@ class GangBinder:
         self._futures: dict[str, asyncio.Future[BindOutcome]] = {}
 
     @property
+    def single(self) -> Binder:
+        """The binder of one pod (also holds a pod on kube-scheduler's choice-to-be)."""
+        return self._binder
+
+    @property
     def waiting(self) -> dict[str, int]:
         """Gang -> members waiting at the barrier now."""
         return self.barrier.waiting()
