@@ -65,6 +65,8 @@ from harness import SCHEDULER_CONFIG  # noqa: E402
 GPUS_PER_NODE = 8
 SHIPPED_PROFILE = ROOT / "scheduler-config" / "muster-profile.yaml"
 SYSTEMS = ("alone", "muster")
+#: How the benchmark starts Muster (a child process, so it does not share this one's GIL).
+MUSTER_COMMAND = [sys.executable, "-m", "app.cli"]
 
 
 def shipped_backoff() -> tuple[int, int]:
@@ -314,7 +316,7 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
     (port,) = free_ports(1)
     assert cp.dir is not None
     log = (cp.dir / "muster.log").open("wb")
-    argv = [sys.executable, "-m", "app.cli", "serve", "--kubeconfig", str(cp.kubeconfig),
+    argv = [*MUSTER_COMMAND, "serve", "--kubeconfig", str(cp.kubeconfig),
             "--port", str(port), "--mirror-unresolvable", "--log-level", "WARNING"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
@@ -27,6 +28,8 @@ PLANNED_ANNOTATION = "muster.io/planned"
 WAITING_REASON = "GangWaiting"
 #: The Event reason for a gang whose own keys and group object (PodGroup ...) disagree.
 CONFLICT_REASON = "GangSourceConflict"
+#: Parallel annotation patches per cycle (a gang's members are nudged together).
+NUDGE_WORKERS = 8
 
 
 class PlannerLoop:
@@ -64,17 +67,30 @@ class PlannerLoop:
         self.nudges = 0
         self.evictions = 0
         self.records = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._told = threading.Condition()
+        self._untold: dict[str, tuple[Pod, str]] = {}
+        self._teller: threading.Thread | None = None
 
     def start(self) -> None:
         """Start the loop thread."""
         self._thread = threading.Thread(target=self._run, name="muster-planner", daemon=True)
+        self._planner.driven = True
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and wait for its thread."""
         self._stop.set()
+        self._planner.driven = False
+        with self._told:
+            self._told.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._teller is not None:
+            self._teller.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def run_once(self, *, force: bool = False) -> None:
         """One cycle, the evictions and the nudges it calls for (also used by tests)."""
@@ -175,28 +191,77 @@ class PlannerLoop:
             log.info("no Preempted event for %s: %s", pod.key, exc)
 
     def nudge(self) -> None:
-        """Annotate planned members kube-scheduler has not retried since they were planned."""
-        for gang, pod in self._planner.to_nudge():
-            try:
-                self._gateway.annotate_pod(
-                    pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
-                )
-                self.nudges += 1
-            except GatewayError as exc:
-                log.info("could not nudge %s: %s", pod.key, exc)
+        """Annotate planned members kube-scheduler has not retried since they were planned.
+
+        Against a real API server the patches of one cycle go out in parallel: a gang's
+        members then come back to kube-scheduler's queue together, and their binds meet at
+        the barrier sooner.
+        """
+        todo = self._planner.to_nudge()
+        if self._gateway.blocking and len(todo) > 1:
+            done = list(self._workers().map(self._nudge_one, todo))
+        else:
+            done = [self._nudge_one(item) for item in todo]
+        self.nudges += sum(done)
+
+    def _nudge_one(self, item: tuple[str, Pod]) -> bool:
+        gang, pod = item
+        try:
+            self._gateway.annotate_pod(
+                pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
+            )
+        except GatewayError as exc:
+            log.info("could not nudge %s: %s", pod.key, exc)
+            return False
+        return True
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(NUDGE_WORKERS, thread_name_prefix="muster-nudge")
+        return self._pool
 
     def tell(self) -> None:
         """Record a ``GangWaiting`` Event on each waiting member whose story changed, as filter
-        last told kube-scheduler (``news``): it starts with the category and the summary."""
+        last told kube-scheduler (``news``): it starts with the category and the summary.
+
+        Against a real API server the Events are created by a thread of their own, so that
+        hundreds of changed stories never hold up the next cycle and its nudges; a story
+        that changes again before its Event went out is told once, in its latest words.
+        """
         if self._news is None:
             return
-        for pod, text in self._news():
-            try:
-                self._gateway.event(
-                    pod.namespace, pod.name, pod.uid, WAITING_REASON, text, "Normal"
+        news = self._news()
+        if not self._gateway.blocking:
+            for pod, text in news:
+                self._tell_one(pod, text)
+            return
+        with self._told:
+            for pod, text in news:
+                self._untold[pod.uid] = (pod, text)
+            if self._untold:
+                self._told.notify()
+            if self._teller is None:
+                self._teller = threading.Thread(
+                    target=self._tell_loop, name="muster-events", daemon=True
                 )
-            except GatewayError as exc:
-                log.info("no %s event for %s: %s", WAITING_REASON, pod.key, exc)
+                self._teller.start()
+
+    def _tell_one(self, pod: Pod, text: str) -> None:
+        try:
+            self._gateway.event(pod.namespace, pod.name, pod.uid, WAITING_REASON, text, "Normal")
+        except GatewayError as exc:
+            log.info("no %s event for %s: %s", WAITING_REASON, pod.key, exc)
+
+    def _tell_loop(self) -> None:
+        while True:
+            with self._told:
+                while not self._untold and not self._stop.is_set():
+                    self._told.wait()
+                if self._stop.is_set():
+                    return
+                uid = next(iter(self._untold))
+                pod, text = self._untold.pop(uid)
+            self._tell_one(pod, text)
 
     def report(self) -> None:
         """Record a ``GangSourceConflict`` Warning on each member and group object of a gang

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -42,6 +43,7 @@ from app.core.cycle.outlook import Outlook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
 from app.core.cycle.session import Session
+from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import PLAN_RECORD
 from app.core.model.queues import QueueConfig
@@ -52,6 +54,7 @@ from app.core.policies.gangorder import LongestFirst
 from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
+from app.core.policies.registry import constraint_of
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
 from app.core.state.journal import Journal
@@ -122,7 +125,14 @@ class Planner:
         #: a fresh look would (kube-scheduler's own filters refused its planned node)
         self._hints: dict[str, str] = {}
         self._last_generation = -1
+        #: gang -> how many members the last cycle saw (see ``_news_of``)
+        self._seen: dict[str, int] = {}
+        #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
+        self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
+        #: Whether a loop runs cycles on every change (``app.core.cycle.loop``); without one,
+        #: filter plans on demand whenever a member has no plan.
+        self.driven = False
         # Memos that keep a cycle's cost proportional to what changed (see ``memos``).
         self._gang_memo: GangMemo = {}
         self._queue_names = QueueNames(scheduler_name)
@@ -177,7 +187,9 @@ class Planner:
             return Verdict()
         self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
         plan = self._plans.get(spec.key)
-        if plan is None or pod.uid not in plan.members:
+        if (plan is None or pod.uid not in plan.members) and (
+            not self.driven or self._news_of(spec.key)
+        ):
             with self._held(False) as held:
                 if not held:
                     reason = self._reasons.get(spec.key) or BUSY
@@ -191,6 +203,16 @@ class Planner:
             return Verdict(spec.key, plan.members[pod.uid])
         reason = self._reasons.get(spec.key) or "waiting for the planner"
         return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+
+    def _news_of(self, gang: str) -> bool:
+        """Whether ``gang`` gained or lost members since the last cycle looked at it.
+
+        With a loop driving cycles (``driven``), only then does filter plan on demand: a
+        member kube-scheduler merely tries again is answered from the last cycle (the loop
+        cycles on every change and nudges the members it plans), so the retries of hundreds
+        of waiting pods do not each pay for a cycle.
+        """
+        return len(self._cache.gang_members_of(gang)) != self._seen.get(gang, -1)
 
     def protected_for(self, pod: Pod) -> float:
         """Seconds ``pod``, running, is protected from preemption (see ``Protection``)."""
@@ -640,6 +662,8 @@ class Planner:
         snapshot = session.snapshot
         gangs = gangs_of(snapshot, self._gang_memo)
         self._conflicted = [g for g in gangs.values() if g.conflicts]
+        self._seen = dict(Counter(snapshot.gang_members.values()))
+        self._no_room = set()
         self._queue_names.prune(snapshot)
         self._tidy(session, gangs, now)
         config = self._queues.config
@@ -809,15 +833,21 @@ class Planner:
             if first and (not asked or waits_for_domain(gang)):
                 # First in line and blocked by capacity (or by its required domain): hold the
                 # soonest-freeing room for it (inside one such domain).
-                held = hold_for(
-                    replace(session.snapshot, view=session.backfill_view()),
-                    gang.key,
-                    core,
-                    domains_for(gang, view, self._topology_keys),
-                    now=self._wall(),
-                    default_runtime=self._default_runtime,
-                    strategy=self._strategy,
-                )
+                domains = domains_for(gang, view, self._topology_keys)
+                shape = _shape(core) if domains is None else None
+                if shape is None or shape not in self._no_room:
+                    held = hold_for(
+                        replace(session.snapshot, view=session.backfill_view()),
+                        gang.key,
+                        core,
+                        domains,
+                        now=self._wall(),
+                        default_runtime=self._default_runtime,
+                        strategy=self._strategy,
+                    )
+                if held is None and shape is not None:
+                    # Room only fills up during a cycle: an alike gang finds none either.
+                    self._no_room.add(shape)
                 if held is not None:
                     session.hold(gang.key, held.holds, held.start)
                     wait = max(held.start - self._wall(), 0.0)
@@ -961,3 +991,8 @@ class Planner:
             else:
                 session.release(plan.members)
         self._reasons[gang] = reason
+
+
+def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
+    """What placing ``pods`` depends on: their requests and node constraints."""
+    return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,9 @@ from app.core.state.cache import NodeView, Snapshot, without
 from app.core.state.domains import Ask, ask_of, tree_for
 from app.core.state.queueusage import demand_of, queue_name
 from app.core.verbs.filter import filter_nodes
+
+#: How long a waiting member's told headline stays as it is (see ``Headlines._tell``).
+STEADY_SECONDS = 15.0
 
 CATEGORIES = (
     "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
@@ -1048,13 +1052,24 @@ class Headlines:
     story as ``/explain``). Computed once per gang and planner cycle, on one look per cycle.
     ``look`` may answer ``None`` (the planner is busy with a cycle): no headline then."""
 
-    def __init__(self, look: Callable[[], Outlook | None], cycles: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        look: Callable[[], Outlook | None],
+        cycles: Callable[[], int],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        steady: float = STEADY_SECONDS,
+    ) -> None:
+        """A member's told headline changes at most once per ``steady`` seconds of ``clock``
+        (see ``_tell``)."""
         self._look = look
         self._cycles = cycles
+        self._clock = clock
+        self._steady = steady
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, str]] = {}
         self._outlook: tuple[int, Outlook] | None = None
-        self._said: dict[str, str] = {}
+        self._said: dict[str, tuple[str, float]] = {}
         self._news: list[tuple[Pod, str]] = []
 
     def __call__(self, pod: Pod) -> str | None:
@@ -1066,11 +1081,12 @@ class Headlines:
         with self._lock:
             hit = self._memo.get(spec.key)
             if hit is not None and hit[0] == cycle:
-                self._tell(pod, hit[1])
-                return hit[1]
+                return self._tell(pod, hit[1])
         outlook = self.outlook(cycle)
-        if outlook is None:
-            return None
+        if outlook is None:  # busy: the story told last, if any (a steady story)
+            with self._lock:
+                said = self._said.get(pod.uid)
+            return said[0] if said is not None else None
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == "unknown":
             return None
@@ -1079,8 +1095,7 @@ class Headlines:
             if len(self._memo) > 4096:
                 self._memo.clear()
             self._memo[spec.key] = (cycle, text)
-            self._tell(pod, text)
-        return text
+            return self._tell(pod, text)
 
     def outlook(self, cycle: int | None = None) -> Outlook | None:
         """The planner's outlook, looked at once per planner cycle (``cycle``: the current
@@ -1094,14 +1109,26 @@ class Headlines:
                 self._outlook = (cycle, look)
             return self._outlook[1]
 
-    def _tell(self, pod: Pod, text: str) -> None:
-        if self._said.get(pod.uid) == text:
-            return
+    def _tell(self, pod: Pod, text: str) -> str:
+        """The headline to give for ``pod``: ``text``, unless the pod was told another one
+        less than ``steady`` seconds ago (then that one again).
+
+        kube-scheduler writes a rejected pod's message into its PodScheduled condition when
+        the message changes, and before 1.27 that update puts the pod straight back into its
+        queue: a story that changed on every retry kept hundreds of waiting pods cycling
+        through kube-scheduler, ahead of the members Muster had just planned.
+        ``/explain`` always gives the live story.
+        """
+        now = self._clock()
+        said = self._said.get(pod.uid)
+        if said is not None and (said[0] == text or now - said[1] < self._steady):
+            return said[0]
         if len(self._said) > 16384:
             self._said.clear()
-        self._said[pod.uid] = text
+        self._said[pod.uid] = (text, now)
         if len(self._news) < 4096:  # beyond that, kube-scheduler's own events still tell it
             self._news.append((pod, text))
+        return text
 
     def news(self) -> list[tuple[Pod, str]]:
         """The pods whose headline changed since the last call, each with its new headline
