@@ -69,8 +69,14 @@ SYSTEMS = ("alone", "muster")
 MUSTER_COMMAND = [sys.executable, "-m", "app.cli"]
 
 
+#: (podInitialBackoffSeconds, podMaxBackoffSeconds) instead of the shipped profile's.
+BACKOFF: tuple[int, int] | None = None
+
+
 def shipped_backoff() -> tuple[int, int]:
     """podInitialBackoffSeconds / podMaxBackoffSeconds of the shipped profile."""
+    if BACKOFF is not None:
+        return BACKOFF
     config = yaml.safe_load(SHIPPED_PROFILE.read_text())
     return int(config["podInitialBackoffSeconds"]), int(config["podMaxBackoffSeconds"])
 
@@ -794,7 +800,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5, help="preemption trials (default 5)")
     parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument(
+        "--backoff",
+        type=int,
+        nargs=2,
+        metavar=("INITIAL", "MAX"),
+        help="kube-scheduler's pod backoff seconds (default: the shipped profile's)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
+    global BACKOFF
+    BACKOFF = tuple(args.backoff) if args.backoff else None
     sizes = Sizes(trials=args.trials)
     results = run(sizes, time_scale=args.time_scale, only=args.only, systems=args.systems,
                   log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
