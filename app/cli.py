@@ -54,6 +54,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
             if os.environ.get("POD_IP")
             else ""
         ),
+        "scheduling_gates": args.scheduling_gates,
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -270,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the other replicas reach this one (default "
                         "http://$POD_IP:PORT, https with --client-ca; used to forward verbs to "
                         "the leader)")  # fmt: skip
+    s.add_argument("--scheduling-gates", choices=["auto", "on", "off"], default="auto",
+                   help="create gang members behind Muster's scheduling gate, removed once the "
+                        "gang is planned (default auto: where the API server serves gates, "
+                        "Kubernetes 1.27+)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments

@@ -93,6 +93,9 @@ class Services:
         annotations = self.election.leader_annotations()
         return (annotations or {}).get(LEADER_ENDPOINT) or None
 
+    #: Whether the webhook creates gang members behind Muster's scheduling gate.
+    gang_gate: bool = False
+
     def start(self) -> None:
         """Start filling the cache (cluster mode), the election and the planner's loop."""
         if self.source is not None:
@@ -132,6 +135,7 @@ def build_services(
     election: Any = None
     if settings.leader_elect and settings.mode != "cluster":
         raise MusterError("leader election needs cluster mode (a kubeconfig or in-cluster)")
+    gang_gate = False
     if settings.mode == "cluster":
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway
@@ -151,6 +155,11 @@ def build_services(
         owners, namespaces = OwnerLister(api), NamespaceLister(api)
         if settings.leader_elect:
             election = _elector(settings, api, cache, lambda: graph)
+        gang_gate = settings.scheduling_gates == "on"
+        if settings.scheduling_gates == "auto":
+            from app.k8s.features import server_version, serves_scheduling_gates
+
+            gang_gate = serves_scheduling_gates(server_version(api))
     else:
         path = settings.cluster_file or DEMO_CLUSTER
         cache.upsert_nodes(load_cluster_file(path))
@@ -176,6 +185,7 @@ def build_services(
         graph.gang_lines,
         graph.leadership,
         election,
+        gang_gate,
     )
 
 

@@ -88,6 +88,9 @@ class Settings:
     #: The URL other replicas reach this one's extender verbs at (published on the Lease
     #: while it leads; followers forward the verbs there).
     advertise_url: str = ""
+    #: Whether the webhook creates gang members behind Muster's scheduling gate: ``auto`` (where
+    #: the API server serves gates, 1.27+), ``on`` or ``off``.
+    scheduling_gates: str = "auto"
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

@@ -203,6 +203,7 @@ def admission_config(services: Services) -> AdmissionConfig:
     return AdmissionConfig(
         scheduler_name=s.scheduler_name,
         muster_namespace=s.muster_namespace,
+        gang_gate=services.gang_gate,
     )
 
 

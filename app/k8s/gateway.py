@@ -14,7 +14,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,6 +77,20 @@ def _eviction_unsupported(exc: ApiException) -> bool:
         return False
     message = status_message(exc)
     return "policy/v1" in message and "v1beta1" not in message
+
+
+def ungate_patch(uid: str, gates: Sequence[str], gate: str) -> list[dict[str, Any]]:
+    """The JSON patch that removes scheduling gate ``gate`` from a pod whose gates are
+    ``gates`` (``spec.schedulingGates`` may only lose entries after creation)."""
+    ops: list[dict[str, Any]] = []
+    if uid:
+        ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
+    ops.append(
+        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in gates]}
+    )
+    rest = [{"name": g} for g in gates if g != gate]
+    ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": rest})
+    return ops
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -227,6 +241,20 @@ class KubeGateway:
             namespace,
             body,
             _content_type="application/merge-patch+json",
+        )
+
+    def ungate(self, namespace: str, name: str, uid: str, gates: Sequence[str], gate: str) -> None:
+        """Remove scheduling gate ``gate``: a JSON patch that first tests the pod's uid and
+        its gates as Muster saw them (a pod whose gates changed fails with 422 ``Invalid``),
+        then sets the rest (an empty list lets kube-scheduler take the pod)."""
+        body = ungate_patch(uid, gates, gate)
+        self._do(
+            "ungate",
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            body,
+            _content_type="application/json-patch+json",
         )
 
     def event(

@@ -79,6 +79,9 @@ class AdmissionConfig:
     scheduler_name: str = "muster"
     muster_namespace: str = "muster-system"
     take_over: frozenset[str] = DEFAULT_TAKE_OVER
+    #: Create gang members behind Muster's scheduling gate (``spec.schedulingGates``); only
+    #: where the API server serves gates (Kubernetes 1.27+; older ones drop the field).
+    gang_gate: bool = False
 
     @property
     def excluded_namespaces(self) -> frozenset[str]:
@@ -268,6 +271,21 @@ def _patch(pod: _PodMeta, scheduler: str, new_labels: Mapping[str, str]) -> list
     return ops
 
 
+def gate_ops(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSONPatch operations that add Muster's scheduling gate to a gang member at creation
+    (kept out of kube-scheduler's queue until the planner loop removes it); none when the
+    pod carries it already."""
+    gates = _list(spec.get("schedulingGates"), "request.object.spec.schedulingGates")
+    names = [_str(_obj(g, "request.object.spec.schedulingGates[]").get("name"),
+                  "request.object.spec.schedulingGates[].name") for g in gates]  # fmt: skip
+    if keys.GANG_GATE in names:
+        return []
+    gate = {"name": keys.GANG_GATE}
+    if "schedulingGates" not in spec or spec.get("schedulingGates") is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+
+
 def share_resource_ops(
     spec: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> list[dict[str, Any]]:
@@ -403,6 +421,8 @@ def mutate(
     queue = _queue(p, owner, ns, new, warnings)
     patch = _patch(p, config.scheduler_name if scheduler != config.scheduler_name else "", new)
     patch += share_resource_ops(p.spec, p.labels, p.annotations)
+    if group and config.gang_gate:
+        patch += gate_ops(p.spec)
     values = {"schedulerName": config.scheduler_name}
     if queue:
         values[keys.QUEUE] = queue

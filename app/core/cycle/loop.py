@@ -3,7 +3,9 @@
 A pod kube-scheduler rejected waits in its unschedulable queue until something about the
 cluster or the pod changes, then backs off. When a cycle plans a gang whose members were
 rejected earlier, the loop annotates each of them (``muster.io/planned``) so kube-scheduler
-retries them now instead of after a long backoff or the 5-minute flush.
+retries them now instead of after a long backoff or the 5-minute flush. A member created
+behind Muster's scheduling gate (``muster.io/gang``, Kubernetes 1.27+) has never been tried:
+the loop removes the gate instead, and kube-scheduler takes the pod for the first time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
-from app.core.model.labels import PLAN_RECORD
+from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.values import Pod
 from app.core.state.gateway import Gateway
 from app.core.state.journal import Journal, Victim
@@ -205,13 +207,20 @@ class PlannerLoop:
         self.nudges += sum(done)
 
     def _nudge_one(self, item: tuple[str, Pod]) -> bool:
+        """Annotate the member, or remove Muster's scheduling gate from it (it has one where
+        the webhook put it there); a failed ungating is tried again next cycle."""
         gang, pod = item
         try:
-            self._gateway.annotate_pod(
-                pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
-            )
+            if GANG_GATE in pod.gates:
+                self._gateway.ungate(pod.namespace, pod.name, pod.uid, pod.gates, GANG_GATE)
+            else:
+                self._gateway.annotate_pod(
+                    pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
+                )
         except GatewayError as exc:
             log.info("could not nudge %s: %s", pod.key, exc)
+            if GANG_GATE in pod.gates and exc.reason != "NotFound":
+                self._planner.renudge(gang, pod.uid)
             return False
         return True
 

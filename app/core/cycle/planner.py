@@ -404,6 +404,13 @@ class Planner:
                 self._asked.pop(uid, None)
             return out
 
+    def renudge(self, gang: str, uid: str) -> None:
+        """Nudging member ``uid`` failed: offer it again in the next ``to_nudge``."""
+        with self._lock:
+            plan = self._plans.get(gang)
+            if plan is not None:
+                plan.nudged.discard(uid)
+
     def take_evictions(self) -> list[Eviction]:
         """The evictions decided since the last call (the loop carries them out)."""
         with self._lock:

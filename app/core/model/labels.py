@@ -16,6 +16,10 @@ PREFIX = "muster.io/"
 # -- Muster's own ----------------------------------------------------------------------
 POD_GROUP = "muster.io/pod-group"
 MIN_MEMBER = "muster.io/min-member"
+#: The scheduling gate (``spec.schedulingGates``) the webhook puts on gang members where the
+#: API server serves gates (Kubernetes 1.27+); the planner loop removes it once the gang is
+#: planned, so kube-scheduler never tries a member before that.
+GANG_GATE = "muster.io/gang"
 MAX_MEMBER = "muster.io/max-member"
 GANG_TIMEOUT = "muster.io/gang-timeout"
 QUEUE = "muster.io/queue"

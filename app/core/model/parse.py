@@ -278,6 +278,7 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
             f"{field}.spec.schedulingGroup.podGroupName",
         ),
         workload_ref=_workload_ref(spec.get("workloadRef"), f"{field}.spec.workloadRef"),
+        gates=_gates(spec.get("schedulingGates"), f"{field}.spec.schedulingGates"),
     )
 
 
@@ -294,6 +295,19 @@ def _workload_ref(value: Any, field: str) -> WorkloadRef | None:
     return WorkloadRef(
         name, group, _str(ref.get("podGroupReplicaKey"), f"{field}.podGroupReplicaKey")
     )
+
+
+def _gates(value: Any, field: str) -> tuple[str, ...]:
+    """The names in ``spec.schedulingGates`` (``[{"name": ...}]``)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidInput(field, f"expected a list, got {type(value).__name__}")
+    names = []
+    for i, item in enumerate(value):
+        gate = json_object(item, f"{field}[{i}]")
+        names.append(_str(gate.get("name"), f"{field}[{i}].name"))
+    return tuple(names)
 
 
 def gpu_fraction(

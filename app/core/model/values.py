@@ -154,6 +154,8 @@ class Pod:
     #: The group object (PodGroup, Workload group) the pod names, as the cache knows it
     #: (``app.core.model.groupobjects``); attached by the cache, ``None`` when there is none.
     group: GroupObject | None = None
+    #: Names of the pod's scheduling gates (``spec.schedulingGates``, Kubernetes 1.27+).
+    gates: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

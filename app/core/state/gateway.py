@@ -8,7 +8,7 @@ the watch would report it, so both modes run the same code path.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -59,6 +59,10 @@ class Gateway(Protocol):
     ) -> None:
         """Merge-patch the pod's annotations (``None`` removes a key)."""
 
+    def ungate(self, namespace: str, name: str, uid: str, gates: Sequence[str], gate: str) -> None:
+        """Remove scheduling gate ``gate`` from the pod, whose gates are ``gates`` now (the
+        update fails with ``Conflict`` or ``Invalid`` if they changed meanwhile)."""
+
     def event(
         self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
     ) -> None:
@@ -107,6 +111,7 @@ class InMemoryGateway:
         self.evictions: list[str] = []
         self.deletions: list[str] = []
         self.events: list[RecordedEvent] = []
+        self.ungated: list[str] = []
         self.fail: dict[tuple[str, str], GatewayError] = {}
 
     def _scripted_failure(self, action: str, namespace: str, name: str) -> None:
@@ -175,6 +180,17 @@ class InMemoryGateway:
                 self._cache.upsert_pod(replace(pod, annotations=clean))
                 return
         raise GatewayError("NotFound", f'pods "{name}" not found')
+
+    def ungate(self, namespace: str, name: str, uid: str, gates: Sequence[str], gate: str) -> None:
+        self._scripted_failure("ungate", namespace, name)
+        pod = self._cache.pod(uid)
+        if pod is None:
+            raise GatewayError("NotFound", f'pods "{name}" not found')
+        if pod.gates != tuple(gates):
+            raise GatewayError("Conflict", f"pod {namespace}/{name} has gates {pod.gates}")
+        self._cache.upsert_pod(replace(pod, gates=tuple(g for g in gates if g != gate)))
+        with self._lock:
+            self.ungated.append(f"{namespace}/{name}")
 
     def event(
         self, namespace: str, name: str, uid: str, reason: str, message: str, kind: str = "Normal"
