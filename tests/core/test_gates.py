@@ -78,11 +78,10 @@ def test_a_pod_with_gates_of_its_own_gets_muster_s_appended() -> None:
 
 
 def test_the_loop_removes_the_gate_of_planned_members_and_retries_a_failed_removal() -> None:
-    settings = Settings(strategy="binpack")
-    cache = build_cache(settings)
-    cache.upsert_nodes([node("n", gpus=8)])
+    cache = build_cache(Settings())
     gateway = InMemoryGateway(cache)
-    graph = build_graph(settings, cache, gateway)
+    graph = build_graph(Settings(strategy="binpack"), cache, gateway)
+    cache.upsert_nodes([node("n", gpus=8)])
     labels = {keys.POD_GROUP: "g", keys.MIN_MEMBER: "2"}
     members = [gated(f"g-{i}", gpu=1, labels=labels) for i in range(2)]
     late = gated("h-0", gpu=9, labels={keys.POD_GROUP: "h", keys.MIN_MEMBER: "1"})  # never fits
