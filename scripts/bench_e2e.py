@@ -15,9 +15,11 @@ Scenarios (issue 12's targets):
   the capacity, job order): time until a capacity's worth is bound whole, against
   kube-scheduler alone binding the same number of single pods.
 * ``contention``: 20 x 8-GPU nodes, sixty 8-pod gangs of 1-GPU pods, shuffled, runtime
-  60 s +- 50 % (``--time-scale`` shrinks it): GPU capacity idle while work waits, freed GPUs
-  -> next gang bound latency, makespan against the capacity bound, whole jobs, partial gangs,
-  over-commit. kube-scheduler alone gets the same jobs in job order (shuffled, it deadlocks).
+  60 s +- 50 % (``--time-scale`` shrinks it), declared as ``muster.io/expected-runtime`` as a
+  batch job's time limit would be (``--undeclared``: not): GPU capacity idle while work
+  waits, freed GPUs -> next gang bound latency, makespan against the capacity bound, whole
+  jobs, partial gangs, over-commit. kube-scheduler alone gets the same jobs in job order
+  (shuffled, it deadlocks).
 * ``preemption``: a high-priority 8-pod gang arriving at a full cluster of low-priority
   gangs: time until it is bound whole (p50 over ``--trials``), victim gangs broken.
 
@@ -98,10 +100,17 @@ def scheduler_config(system: str, muster_url: str = "") -> str:
 
 
 def pod_body(
-    name: str, ns: str, group: str, job: str = "", size: int = 0, priority_class: str = ""
+    name: str,
+    ns: str,
+    group: str,
+    job: str = "",
+    size: int = 0,
+    priority_class: str = "",
+    runtime: float = 0.0,
 ) -> dict[str, Any]:
     """A 1-GPU pod for the ``muster`` profile, confined to nodes labelled ``bench=<group>``;
-    a gang member when ``size`` is set."""
+    a gang member when ``size`` is set; ``runtime`` is declared as Muster's expected runtime
+    (as a batch job's time limit would be)."""
     labels = {"job": job or name}
     if size:
         labels.update({"muster.io/pod-group": job, "muster.io/min-member": str(size)})
@@ -122,7 +131,10 @@ def pod_body(
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels}
+    if runtime:
+        meta["annotations"] = {"muster.io/expected-runtime": f"{runtime:.0f}"}
+    return {"metadata": meta, "spec": spec}
 
 
 @dataclass(slots=True)
@@ -443,8 +455,19 @@ def _muster_knows(url: str, names: list[str]) -> bool:
     return set(names) <= {n["name"] for n in nodes}
 
 
-def gang_bodies(ns: str, jobs: Sequence[str], size: int, **extra: str) -> list[dict[str, Any]]:
-    return [pod_body(f"{j}-{i}", ns, ns, j, size, **extra) for j in jobs for i in range(size)]
+def gang_bodies(
+    ns: str,
+    jobs: Sequence[str],
+    size: int,
+    priority_class: str = "",
+    runtimes: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    declared = runtimes or {}
+    return [
+        pod_body(f"{j}-{i}", ns, ns, j, size, priority_class, declared.get(j, 0.0))
+        for j in jobs
+        for i in range(size)
+    ]
 
 
 def whole_gangs(tracker: Tracker, jobs: Sequence[str], size: int) -> int:
@@ -479,6 +502,8 @@ class Sizes:
     runtime: float = 60.0
     preempt_nodes: int = 4
     trials: int = 5
+    #: whether contention jobs declare their runtime (``muster.io/expected-runtime``)
+    declare: bool = True
 
 
 def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, float]:
@@ -531,7 +556,8 @@ def run_contention(
     capacity = s.contention_nodes * GPUS_PER_NODE
     fit = capacity // s.gang_size
     with scenario(core, muster, "contention", s.contention_nodes) as run:
-        bodies = gang_bodies(run.ns, list(jobs), s.gang_size)
+        declared = {j: r for j, (_, r) in jobs.items()} if s.declare else None
+        bodies = gang_bodies(run.ns, list(jobs), s.gang_size, runtimes=declared)
         if shuffled:
             rng.shuffle(bodies)
         with Kubelet(core, run.ns, jobs) as kubelet:
@@ -807,6 +833,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument(
+        "--undeclared",
+        action="store_true",
+        help="contention jobs do not declare their runtime (muster.io/expected-runtime)",
+    )
+    parser.add_argument(
         "--backoff",
         type=int,
         nargs=2,
@@ -816,7 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # fmt: skip
     global BACKOFF
     BACKOFF = tuple(args.backoff) if args.backoff else None
-    sizes = Sizes(trials=args.trials)
+    sizes = Sizes(trials=args.trials, declare=not args.undeclared)
     results = run(sizes, time_scale=args.time_scale, only=args.only, systems=args.systems,
                   log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
     print(report(results, sizes, args.time_scale))
