@@ -105,15 +105,26 @@ class PlannerLoop:
 
     def record(self) -> None:
         """Write each plan on its members (``muster.io/plan``) before anything is evicted for
-        it, so that the next leader carries it on (``app.core.cycle.records``)."""
-        for pod, text in self._planner.to_record():
-            try:
-                self._gateway.annotate_pod(pod.namespace, pod.name, {PLAN_RECORD: text})
-                self.records += 1
-            except GatewayError as exc:
-                if exc.reason != "NotFound":
-                    self._planner.unrecorded(pod)
-                log.info("could not record the plan on %s: %s", pod.key, exc)
+        it, so that the next leader carries it on (``app.core.cycle.records``). Against a
+        real API server the patches of one cycle go out in parallel (all done before this
+        returns)."""
+        todo = self._planner.to_record()
+        if self._gateway.blocking and len(todo) > 1:
+            done = list(self._workers().map(self._record_one, todo))
+        else:
+            done = [self._record_one(item) for item in todo]
+        self.records += sum(done)
+
+    def _record_one(self, item: tuple[Pod, str]) -> bool:
+        pod, text = item
+        try:
+            self._gateway.annotate_pod(pod.namespace, pod.name, {PLAN_RECORD: text})
+        except GatewayError as exc:
+            if exc.reason != "NotFound":
+                self._planner.unrecorded(pod)
+            log.info("could not record the plan on %s: %s", pod.key, exc)
+            return False
+        return True
 
     def evict(self) -> None:
         """Carry out the planner's evictions, whole units only.

@@ -45,7 +45,7 @@ from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_p
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
-from app.core.model.labels import PLAN_RECORD
+from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod
@@ -464,7 +464,7 @@ class Planner:
                     if pod is None or snapshot.holds_node(pod) or plan.recorded.get(uid) == text:
                         continue
                     plan.recorded[uid] = text
-                    if not waiting:
+                    if not waiting and GANG_GATE not in pod.gates:  # a gate must be removed
                         plan.nudged.add(uid)
                         self._nudged_at[uid] = self._clock()
                     out.append((pod, text))
