@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
@@ -25,6 +26,7 @@ from app.core.state.journal import Journal, Victim
 from app.core.state.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
+T = TypeVar("T")
 PLANNED_ANNOTATION = "muster.io/planned"
 #: The Event reason for a waiting gang member's story (``category: summary (gang KEY)``).
 WAITING_REASON = "GangWaiting"
@@ -108,12 +110,7 @@ class PlannerLoop:
         it, so that the next leader carries it on (``app.core.cycle.records``). Against a
         real API server the patches of one cycle go out in parallel (all done before this
         returns)."""
-        todo = self._planner.to_record()
-        if self._gateway.blocking and len(todo) > 1:
-            done = list(self._workers().map(self._record_one, todo))
-        else:
-            done = [self._record_one(item) for item in todo]
-        self.records += sum(done)
+        self.records += self._each(self._record_one, self._planner.to_record())
 
     def _record_one(self, item: tuple[Pod, str]) -> bool:
         pod, text = item
@@ -210,12 +207,7 @@ class PlannerLoop:
         members then come back to kube-scheduler's queue together, and their binds meet at
         the barrier sooner.
         """
-        todo = self._planner.to_nudge()
-        if self._gateway.blocking and len(todo) > 1:
-            done = list(self._workers().map(self._nudge_one, todo))
-        else:
-            done = [self._nudge_one(item) for item in todo]
-        self.nudges += sum(done)
+        self.nudges += self._each(self._nudge_one, self._planner.to_nudge())
 
     def _nudge_one(self, item: tuple[str, Pod]) -> bool:
         """Annotate the member, or remove Muster's scheduling gate from it (it has one where
@@ -234,6 +226,13 @@ class PlannerLoop:
                 self._planner.renudge(gang, pod.uid)
             return False
         return True
+
+    def _each(self, action: Callable[[T], bool], items: list[T]) -> int:
+        """``action`` on every item (in parallel against a real API server, all done on
+        return); how many succeeded."""
+        if self._gateway.blocking and len(items) > 1:
+            return sum(self._workers().map(action, items))
+        return sum(action(item) for item in items)
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
