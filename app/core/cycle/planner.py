@@ -67,6 +67,8 @@ __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_
 
 #: Why a member waits when its gang has no plan and a cycle is running in another thread.
 BUSY = "waiting for the planner (a planning cycle is under way)"
+#: Why a member waits while this replica may not decide (not synced, or not the leader yet).
+NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recorded plans)"
 
 #: Seconds after which a planned member that has not reached filter since its nudge is
 #: nudged again (see ``Planner.to_nudge``).
@@ -94,14 +96,20 @@ class Planner:
         journal: Journal | None = None,
         timings: Timings | None = None,
         order: GangOrder | None = None,
+        leads: Callable[[], bool] | None = None,
     ) -> None:
         """``protection`` defaults to ``MinRuntime`` over the queue file and ``min_runtime``;
         ``order`` (gangs within a queue) to ``LongestFirst``.
+
+        ``leads`` (if any) says whether this replica may decide; a filter call plans on demand
+        only when it does. Asking it may first restore the recorded plans (``Leadership``), so
+        it is asked outside the planner's lock.
 
         ``journal`` (if any) records plans made, expired and released; ``timings`` (if any)
         counts how long each cycle takes.
         """
         self._order: GangOrder = order or LongestFirst(default_runtime=default_runtime)
+        self._leads = leads
         self._cache = cache
         self._journal = journal
         self._timings = timings
@@ -190,6 +198,8 @@ class Planner:
         if (plan is None or pod.uid not in plan.members) and (
             not self.driven or self._news_of(spec.key)
         ):
+            if self._leads is not None and not self._leads():
+                return Verdict(spec.key, "", f"gang {spec.key}: {NOT_LEADING}")
             with self._held(False) as held:
                 if not held:
                     reason = self._reasons.get(spec.key) or BUSY
