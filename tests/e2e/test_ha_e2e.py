@@ -145,7 +145,9 @@ def has_record(ha: HaCluster, ns: str, name: str) -> bool:
 
 
 def record_of(ha: HaCluster, ns: str, name: str) -> dict[str, Any]:
-    """The plan record (``muster.io/plan``) on a pod, decoded."""
+    """The plan record (``muster.io/plan``) on a pod, decoded (waited for: the loop writes it
+    after the cycle that planned the gang, and a member may reach the barrier first)."""
+    wait_for(lambda: has_record(ha, ns, name), 30, f"the plan record on {ns}/{name}")
     text = (ha.core.read_namespaced_pod(name, ns).metadata.annotations or {}).get(PLAN)
     assert text, f"{ns}/{name} carries no plan record"
     record: dict[str, Any] = json.loads(text)
