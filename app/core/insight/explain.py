@@ -18,6 +18,7 @@ The blockers are checked in the order the planner meets them, and the first that
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -730,13 +731,7 @@ def _admitted_at(o: Outlook, job: Job) -> float | None:
 
     if not admitted(len(releases)):
         return None
-    low, high = 0, len(releases)
-    while low < high:
-        mid = (low + high) // 2
-        if admitted(mid):
-            high = mid
-        else:
-            low = mid + 1
+    low = bisect.bisect_left(range(len(releases)), True, key=admitted)
     return max(o.now, releases[low - 1][0]) if low else o.now
 
 

@@ -100,22 +100,15 @@ def earliest(
         if attempt(high) is None:
             continue
         # The smallest count the quick bound allows (no allocation), then allocations.
-        lo, hi = low, high
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if possible(mid):
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = bisect.bisect_left(range(high), True, lo=low, key=possible)
         found = attempt(lo)
         if found is None:
-            lo, hi = lo + 1, high
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if attempt(mid) is not None:
-                    hi = mid
-                else:
-                    lo = mid + 1
+            lo = bisect.bisect_left(
+                range(high),
+                True,
+                lo=lo + 1,
+                key=lambda k: attempt(k) is not None,  # noqa: B023
+            )
             found = attempt(lo)
         assert found is not None
         return (start if lo == low else max(start, ends[lo - 1])), found
