@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
+from starlette.types import Send
 
 from app.core.model.errors import InvalidInput
 
@@ -102,3 +103,13 @@ def one_of(*names: str) -> PydanticCustomError:
     return PydanticCustomError(
         "missing_one_of", f"one of {listed} is required", {"field": names[0]}
     )
+
+
+async def send_json(
+    send: Send, status: int, payload: object, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer with ``payload`` as JSON from ASGI middleware (which has no Response object)."""
+    body = json.dumps(payload).encode()
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
+    await send({"type": "http.response.body", "body": body})

@@ -16,21 +16,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 import httpx
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.errors import send_json
 from app.services import Services
 from app.settings import Settings
 
 log = logging.getLogger("muster.forward")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: The extender verbs (the paths kube-scheduler posts to).
 VERBS = frozenset({"/filter", "/prioritize", "/preempt", "/bind"})
@@ -119,16 +115,5 @@ async def _body(receive: Receive) -> bytes:
 
 
 async def _unavailable(send: Send, why: str) -> None:
-    body = ('{"detail": "' + why.replace('"', "'") + '; retry"}').encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    # Connection: close, so kube-scheduler retries on a new connection (maybe another replica).
+    await send_json(send, 503, {"detail": f"{why}; retry"}, ((b"connection", b"close"),))

@@ -17,9 +17,11 @@ serves it) for a path of a role the listener does not carry. The lifespan passes
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
-from typing import Any
+from collections.abc import Collection
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.errors import send_json
 
 EXTENDER, WEBHOOK, OPS = "extender", "webhook", "ops"
 ROLES = frozenset({EXTENDER, WEBHOOK, OPS})
@@ -32,12 +34,6 @@ _ROLE_OF_PATH = {
     "/mutate": WEBHOOK,
     "/validate": WEBHOOK,
 }
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def role_of(path: str) -> str:
@@ -68,15 +64,4 @@ class RouteGate:
             await send({"type": "websocket.close", "code": 1008})
             return
         problem = f"{scope.get('path')} is not served on this listener (it is on the {role} one)"
-        body = json.dumps({"error": problem, "field": "path"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 404,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 404, {"error": problem, "field": "path"})
