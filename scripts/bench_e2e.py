@@ -51,10 +51,11 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[1]
-for extra in (ROOT, ROOT / "tests" / "e2e"):
+for extra in (ROOT, ROOT / "scripts", ROOT / "tests" / "e2e"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+import benchproc  # noqa: E402
 from controlplane import (  # noqa: E402
     GPU_RESOURCE,
     ControlPlane,
@@ -351,12 +352,7 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
         wait_for(ready, 60, "Muster to sync")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        benchproc.stop(proc)
         log.close()
 
 

@@ -38,6 +38,7 @@ for path in (ROOT, ROOT / "scripts", ROOT / "tests" / "e2e"):
         sys.path.insert(0, str(path))
 
 import bench_memory  # noqa: E402
+import benchproc  # noqa: E402
 from controlplane import ControlPlane, free_ports  # noqa: E402
 
 TARGET_S = 5.0
@@ -120,12 +121,7 @@ def time_ready(cp: ControlPlane, timeout: float = 300.0) -> tuple[float, float]:
                     raise RuntimeError(f"muster serve not ready within {timeout:.0f} s")
                 time.sleep(0.02)  # polling granularity of the figure
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        benchproc.stop(proc)
 
 
 def _series(label: str, measure: Callable[[], tuple[float, float]], runs: int) -> float:

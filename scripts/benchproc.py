@@ -45,14 +45,19 @@ def child_server(script: Path, args: Sequence[str], timeout: float = 60.0) -> It
     try:
         yield f"http://127.0.0.1:{_read_port(proc, timeout)}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it is still there after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @dataclass(frozen=True, slots=True)
