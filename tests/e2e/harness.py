@@ -188,6 +188,26 @@ def gpu_pod(
     }
 
 
+def priority_gang(
+    name: str, size: int, gpus: int, ns: str, group: str, priority_class: str
+) -> list[dict[str, Any]]:
+    """The ``size`` members of gang ``name`` (``gpus`` each) in PriorityClass ``priority_class``."""
+    labels = {"muster.io/pod-group": name, "muster.io/min-member": str(size), "job": name}
+    pods = []
+    for i in range(size):
+        body = gpu_pod(f"{name}-{i}", gpus, ns, group, labels)
+        body["spec"]["priorityClassName"] = priority_class
+        pods.append(body)
+    return pods
+
+
+def create_priority_classes(core: kubernetes.client.CoreV1Api, values: dict[str, int]) -> None:
+    """Create a PriorityClass for each name with its value."""
+    scheduling = kubernetes.client.SchedulingV1Api(core.api_client)
+    for name, value in values.items():
+        scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+
+
 def scheduling_failures(core: kubernetes.client.CoreV1Api, ns: str) -> list[str]:
     """The messages of every ``FailedScheduling`` event in ``ns``."""
     events = core.list_namespaced_event(ns).items

@@ -7,30 +7,28 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane import create_gpu_node, wait_for
-from harness import BindingWatch, FakeKubelet, gpu_pod, make_namespace, muster_cluster, wait_nodes
+from harness import (
+    BindingWatch,
+    FakeKubelet,
+    create_priority_classes,
+    make_namespace,
+    muster_cluster,
+    priority_gang,
+    wait_nodes,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.settings import Settings
 
 
 def job(name: str, size: int, gpus: int, ns: str, priority_class: str) -> list[dict[str, Any]]:
-    labels = {"muster.io/pod-group": name, "muster.io/min-member": str(size), "job": name}
-    pods = []
-    for i in range(size):
-        body = gpu_pod(f"{name}-{i}", gpus, ns, "events", labels)
-        body["spec"]["priorityClassName"] = priority_class
-        pods.append(body)
-    return pods
+    return priority_gang(name, size, gpus, ns, "events", priority_class)
 
 
 def test_plans_starts_and_a_preemption_are_journaled() -> None:
     settings = Settings(mode="cluster", min_runtime_seconds=0)
     with muster_cluster(settings) as (cp, core, muster):
-        import kubernetes.client
-
-        scheduling = kubernetes.client.SchedulingV1Api(core.api_client)
-        for name, value in (("low", 10), ("high", 1000)):
-            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        create_priority_classes(core, {"low": 10, "high": 1000})
         ns = make_namespace(core, "events")
         nodes = ["ev-0", "ev-1"]
         for name in nodes:

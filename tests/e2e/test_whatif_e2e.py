@@ -14,6 +14,7 @@ from controlplane import create_gpu_node, wait_for
 from harness import (
     BindingWatch,
     FakeKubelet,
+    create_priority_classes,
     delete_now,
     gpu_pod,
     make_namespace,
@@ -83,9 +84,7 @@ def promised(answer: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
 def test_muster_does_what_whatif_said() -> None:
     settings = Settings(mode="cluster", min_runtime_seconds=0)
     with muster_cluster(settings) as (cp, core, muster):
-        scheduling = kubernetes.client.SchedulingV1Api(core.api_client)
-        for name, value in PRIORITY.items():
-            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        create_priority_classes(core, PRIORITY)
         ns = make_namespace(core, "whatif")
         nodes = [f"w-{i}" for i in range(3)]
         for node in nodes:
