@@ -117,10 +117,7 @@ def build_graph(
             settings.longest_first_window_seconds,
             settings.default_runtime_seconds,
         ),
-        # Once the cache has synced, the first decision waits for ``Leadership`` to restore the
-        # recorded plans (``leadership`` is bound below); an elected replica decides only as
-        # the leader. A lone replica still syncing plans as it always did.
-        leads=lambda: leadership.leading or (not leadership.elected and not cache.synced),
+        leads=lambda: leadership.may_decide,  # ``leadership`` is bound below
     )
     gpu = GpuPlacement(default_policy()) if settings.strategy == "muster" else None
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache), plan_recorder(planner))

@@ -66,6 +66,13 @@ class Leadership:
         return self._took_over and self._lease_held()
 
     @property
+    def may_decide(self) -> bool:
+        """Whether a filter call may plan on demand now: as the leader (once the cache has
+        synced, a lone replica first restores the recorded plans); a lone replica still
+        syncing plans as it always did."""
+        return self.leading or (self._lease_held is None and not self._cache.synced)
+
+    @property
     def role(self) -> str:
         """``leader``, ``taking-over`` or ``follower``."""
         if self.leading:
