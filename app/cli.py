@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default " + ",".join(DEFAULT_KEYS) + "; empty: no topology)")  # fmt: skip
     s.add_argument("--leader-elect", action="store_true",
                    help="cluster mode: several replicas elect a leader on a Lease; only the "
-                        "leader decides and reports ready")  # fmt: skip
+                        "leader decides, followers forward the extender verbs to it")  # fmt: skip
     s.add_argument("--lease-name", default="muster-leader",
                    help="the Lease in --muster-namespace (default muster-leader)")  # fmt: skip
     s.add_argument("--identity", default=os.environ.get("POD_NAME") or "",
