@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 from app.core.model.errors import BindRejected
+from app.core.model.labels import GPU_IDS
+from app.core.model.values import Pod, Resources
 from app.core.state.cache import ClusterCache
 from tests.factories import node, pod
 
@@ -148,6 +151,39 @@ def test_views_are_immutable_and_shared_until_change() -> None:
     v2 = cache.view()
     assert v2 is not v1
     assert v1.used_of("a").gpu == 0 and v2.used_of("a").gpu == 8000
+
+
+def _annotated(p: Pod, **extra: str) -> Pod:
+    return replace(p, annotations={**p.annotations, **extra})
+
+
+@pytest.mark.parametrize(
+    ("change", "new_view"),
+    [
+        (lambda p: _annotated(p, **{"example.com/heartbeat": "2"}), False),
+        (lambda p: replace(p, labels={**p.labels, "team": "a"}), False),
+        (lambda p: replace(p, gpu_ids=(0, 1)), False),  # the devices it holds already
+        (lambda p: replace(p, gpu_ids=(4, 5)), True),
+        (lambda p: replace(p, requests=p.requests + Resources(gpu=1000)), True),
+        (lambda p: replace(p, phase="Succeeded"), True),
+    ],
+    ids=["annotation", "label", "same-devices", "other-devices", "requests", "finished"],
+)
+def test_only_usage_changes_of_a_running_pod_make_a_new_view(
+    change: Callable[[Pod], Pod], new_view: bool
+) -> None:
+    """Pod events that leave node usage alone keep the node view (and the filter answers
+    memoised on it); any change of usage or devices makes a new one."""
+    cache = ClusterCache()
+    cache.upsert_node(node("a", gpus=8))
+    running = pod(gpu=2, node="a", phase="Running", annotations={GPU_IDS: "0,1"})
+    cache.upsert_pod(running)
+    cache.upsert_pod(pod(gpu=1))  # a pending pod arriving leaves node usage alone
+    before = cache.view()
+    generation = cache.generation
+    cache.upsert_pod(change(running))
+    assert cache.generation > generation
+    assert (cache.view() is not before) is new_view
 
 
 @pytest.mark.parametrize("known", [False, True])

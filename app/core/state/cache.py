@@ -479,10 +479,18 @@ class ClusterCache:
                 target = self._placement.get(pod.uid, "")
         else:
             self._reserved.pop(pod.uid, None)
-        placed_before = pod.uid in self._placement
+        where_before = self._placement.get(pod.uid, "")
+        held_before = self._devices.held(pod.uid)
         self._move(pod.uid, old.requests if old else None, pod.requests, target)
-        # A pending pod coming or changing leaves node usage alone: keep the node view.
-        self._bump(nodes=placed_before or bool(target))
+        # Node usage changed only if the pod moved, its requests changed where it is placed,
+        # or it holds other devices now. Otherwise (a pending pod coming or changing, a label
+        # or status update of a running pod) keep the node view and filters' memos built on it.
+        usage_same = (
+            where_before == target
+            and (not target or (old is not None and old.requests == pod.requests))
+            and self._devices.held(pod.uid) == held_before
+        )
+        self._bump(nodes=not usage_same)
 
     def _unindex_gang(self, uid: str) -> None:
         key = self._gang_of.pop(uid, None)
