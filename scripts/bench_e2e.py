@@ -387,6 +387,8 @@ class Run:
     muster: str
     tracker: Tracker
     pool: ThreadPoolExecutor
+    #: When each pod's create call returned (pod name -> monotonic seconds).
+    created: dict[str, float] = field(default_factory=dict)
 
     def create(self, bodies: Sequence[dict[str, Any]], *, in_order: bool = False) -> float:
         """Create pods concurrently (``in_order``: one by one); returns when it started."""
@@ -394,6 +396,7 @@ class Run:
 
         def one(body: dict[str, Any]) -> None:
             self.core.create_namespaced_pod(self.ns, body, _preload_content=False)
+            self.created[body["metadata"]["name"]] = time.monotonic()
 
         if in_order:
             for body in bodies:
@@ -568,7 +571,10 @@ def run_contention(
             )  # fmt: skip
             if kubelet.error is not None:
                 raise RuntimeError(f"kubelet failed: {kubelet.error}")
-        figures = contention_figures(run.tracker, jobs, capacity, start, end)
+        ready = {
+            j: max(run.created.get(f"{j}-{i}", end) for i in range(n)) for j, (n, _) in jobs.items()
+        }
+        figures = contention_figures(run.tracker, jobs, capacity, start, end, ready)
         figures.update(
             {
                 "fill_seconds": first - start,
@@ -588,7 +594,12 @@ def _all_gone(tracker: Tracker, jobs: dict[str, tuple[int, float]]) -> bool:
 
 
 def contention_figures(
-    tracker: Tracker, jobs: dict[str, tuple[int, float]], capacity: int, start: float, end: float
+    tracker: Tracker,
+    jobs: dict[str, tuple[int, float]],
+    capacity: int,
+    start: float,
+    end: float,
+    ready: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Idle capacity while work waits, freed -> next gang latency, makespan / bound.
 
@@ -596,6 +607,10 @@ def contention_figures(
     running jobs are idle. Work *waits* while some job has not started. Each job frees one
     gang's worth of GPUs; while jobs wait, the k-th freeing is matched with the k-th start
     that follows the initial fill (every gang fits any freed gang's worth).
+
+    ``ready`` (job -> when its last member was created) adds what submission order allows:
+    idle capacity while a *whole* job (every member created) waits, and when the first
+    capacity's worth of jobs was whole (no scheduler can start a gang before that).
     """
     with tracker.lock:
         by_job: dict[str, list[PodLife]] = {}
@@ -620,17 +635,17 @@ def contention_figures(
     order = sorted(starts.values())
     fit = capacity // max(size.values())
     filled = order[fit - 1] if len(order) >= fit else end
-    idle = after_fill = 0.0
-    busy = waiting = 0
-    last = start
-    for t, gpus, wait in changes:
-        if waiting > 0:
-            idle += (capacity - busy) * (t - last)
-            if last >= filled:
-                after_fill += (capacity - busy) * (t - last)
-        busy += gpus
-        waiting += wait
-        last = t
+    idle, after_fill = _idle(changes, capacity, start, filled)
+    whole: dict[str, Any] = {}
+    if ready is not None:
+        waits = [(ready[j], 0, 1) for j in jobs]
+        waits += [(starts[j], 0, -1) for j in starts]
+        runs = [(t, g, 0) for t, g, w in changes if g]
+        whole_idle, _ = _idle(sorted(runs + waits), capacity, start, filled)
+        whole = {
+            "idle_whole_pct": 100.0 * whole_idle / (capacity * (end - start)),
+            "fill_ready_seconds": sorted(ready.values())[fit - 1] - start,
+        }
     makespan = end - start
     work = sum(n * r for n, r in jobs.values())
     bound = max(work / capacity, max(r for _, r in jobs.values()))
@@ -646,7 +661,27 @@ def contention_figures(
         "reuse_p50": _pct(latencies, 50),
         "reuse_p99": _pct(latencies, 99),
         "reuse_n": len(latencies),
+        **whole,
     }
+
+
+def _idle(
+    changes: Sequence[tuple[float, int, int]], capacity: int, start: float, filled: float
+) -> tuple[float, float]:
+    """GPU-seconds idle while the waiting count is positive, in all and from ``filled`` on;
+    ``changes``: sorted (time, GPU delta, waiting delta)."""
+    idle = after_fill = 0.0
+    busy = waiting = 0
+    last = start
+    for t, gpus, wait in changes:
+        if waiting > 0:
+            idle += (capacity - busy) * (t - last)
+            if last >= filled:
+                after_fill += (capacity - busy) * (t - last)
+        busy += gpus
+        waiting += wait
+        last = t
+    return idle, after_fill
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -783,6 +818,8 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
             g(a, "idle_pct", ".1f"), "", "<= 2%")  # fmt: skip
         row("3   the same, from the first fill on (%)", g(m, "idle_after_fill_pct", ".1f"),
             g(a, "idle_after_fill_pct", ".1f"), "", "")  # fmt: skip
+        row("3   the same, while a whole job (every pod created) waits (%)",
+            g(m, "idle_whole_pct", ".1f"), g(a, "idle_whole_pct", ".1f"), "", "")  # fmt: skip
         row("3 freed GPUs -> next gang bound p50 (s)", g(m, "reuse_p50", ".2f"),
             g(a, "reuse_p50", ".2f"), "", "<= 1 s")  # fmt: skip
         row("3 freed GPUs -> next gang bound p99 (s)", g(m, "reuse_p99", ".2f"),
@@ -799,6 +836,9 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
             base = alone["singles"]["seconds"] * m["fill_pods"] / sizes.singles
             row(f"3 first {m['fill_pods']} pods bound whole (s)", f"{m['fill_seconds']:.1f}",
                 f"{base:.1f} singles", _ratio(m["fill_seconds"], base), "<= 1.5x")  # fmt: skip
+            if "fill_ready_seconds" in m:
+                row(f"3   their {m['fill_pods'] // sizes.gang_size} gangs whole in the API at (s)",
+                    f"{m['fill_ready_seconds']:.1f}", "", "", "")  # fmt: skip
     if "preemption" in muster:
         m, a = muster["preemption"], alone.get("preemption", {})
         row(f"4 preemption: high gang whole, p50 of {len(m['times'])} (s)", f"{m['p50']:.2f}",

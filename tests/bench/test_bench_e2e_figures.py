@@ -1,0 +1,36 @@
+"""The contention figures of scripts/bench_e2e.py on a hand-made timeline (no cluster)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from tests.scriptload import script_module
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    yield from script_module("bench_e2e")
+
+
+def test_idle_counts_waiting_work_and_whole_jobs_apart(bench: ModuleType) -> None:
+    """8 GPUs; j0 (whole at 0) runs 1-2; j1's last pod is created at 2.5, it runs 3-5.
+
+    Idle while any job waits: 0-1 and 2-3 (16 of 40 GPU-seconds). Idle while a whole job
+    waits: 0-1 and 2.5-3 (12 of 40): from 2 to 2.5 no scheduler could start j1.
+    """
+    pods = {
+        **{f"j0-{i}": bench.PodLife("j0", bound=1.0, gone=2.0) for i in range(8)},
+        **{f"j1-{i}": bench.PodLife("j1", bound=3.0, gone=5.0) for i in range(8)},
+    }
+    tracker = SimpleNamespace(lock=threading.Lock(), pods=pods)
+    jobs = {"j0": (8, 1.0), "j1": (8, 2.0)}
+    figures = bench.contention_figures(tracker, jobs, 8, 0.0, 5.0, {"j0": 0.0, "j1": 2.5})
+    assert figures["idle_pct"] == pytest.approx(40.0)
+    assert figures["idle_whole_pct"] == pytest.approx(30.0)
+    assert figures["fill_ready_seconds"] == 0.0
+    assert figures["reuse_n"] == 1 and figures["reuse_p50"] == pytest.approx(1.0)
+    assert figures["makespan_ratio"] == pytest.approx(5.0 / 3.0)
