@@ -259,12 +259,18 @@ def delete_now(core: kubernetes.client.CoreV1Api, ns: str, name: str) -> None:
 
 class FakeKubelet:
     """Starts a job once all its pods are bound (marks them Running), and after ``runtime``
-    seconds completes it by deleting its pods."""
+    seconds (``runtimes[job]`` if given) completes it by deleting its pods."""
 
     def __init__(
-        self, core: kubernetes.client.CoreV1Api, ns: str, jobs: dict[str, int], runtime: float
+        self,
+        core: kubernetes.client.CoreV1Api,
+        ns: str,
+        jobs: dict[str, int],
+        runtime: float,
+        runtimes: dict[str, float] | None = None,
     ) -> None:
         self.core, self.ns, self.jobs, self.runtime = core, ns, jobs, runtime
+        self.runtimes = runtimes or {}
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.partial_starts: list[str] = []
@@ -305,7 +311,7 @@ class FakeKubelet:
                         except kubernetes.client.ApiException as exc:
                             if exc.status != 404:  # evicted since the list: fine
                                 raise
-            elif now - self.started[job] >= self.runtime:
+            elif now - self.started[job] >= self.runtimes.get(job, self.runtime):
                 for p in members:
                     delete_now(self.core, self.ns, p.metadata.name)
                 self.finished.add(job)
