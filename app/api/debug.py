@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
@@ -18,7 +18,7 @@ from app.core.model.values import RESOURCE_NAMES, Node, Resources
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
 from app.core.state.cache import NodeView
-from app.core.state.journal import Entry, Journal
+from app.core.state.journal import Entry, Journal, Kind
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 
@@ -217,10 +217,6 @@ def _limits(limit: Resources) -> dict[str, str]:
     }
 
 
-Kind = Literal[
-    "plan", "preemption", "reclaim", "barrier-timeout", "rollback", "gang-started",
-    "plan-expired", "plan-released",
-]  # fmt: skip
 #: Most entries one ``/debug/events`` answer carries.
 MAX_EVENTS = 1000
 
@@ -252,9 +248,9 @@ class EventOut(BaseModel):
 class TotalsOut(BaseModel):
     """Cumulative counters since Muster started (they outlive the ring)."""
 
-    counts: dict[str, int] = Field(description="events by kind")
-    victims: dict[str, int] = Field(description="units evicted, by kind (preemption, reclaim)")
-    gpuSecondsLost: dict[str, float] = Field(description="GPU-seconds lost, by kind")
+    counts: dict[Kind, int] = Field(description="events by kind")
+    victims: dict[Kind, int] = Field(description="units evicted, by kind (preemption, reclaim)")
+    gpuSecondsLost: dict[Kind, float] = Field(description="GPU-seconds lost, by kind")
 
 
 class EventsOut(BaseModel):
@@ -272,7 +268,7 @@ def _event(entry: Entry) -> EventOut:
     return EventOut(
         seq=entry.seq,
         time=entry.time,
-        kind=entry.kind,  # type: ignore[arg-type]  # KINDS and Kind list the same names
+        kind=entry.kind,
         gang=entry.gang,
         queue=entry.queue,
         message=entry.message,

@@ -18,18 +18,19 @@ from app.core.actions.victims import Unit
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
 from app.core.state.cache import Snapshot
+from app.core.state.journal import Kind
 from app.core.state.queueusage import QueueUsage, demand_of
 
 
 @dataclass(frozen=True, slots=True)
 class Room:
     """Units to evict, where the gang goes once they are gone, and what the victims are told;
-    ``kind``: ``preemption`` or ``reclaim``."""
+    ``kind``: preemption or reclaim."""
 
     victims: list[Unit]
     allocation: Allocation
     why: str
-    kind: str = "preemption"
+    kind: Kind = Kind.PREEMPTION
 
 
 def may_take_room(config: QueueConfig, queue: str, lowest: int | None, priority: int) -> bool:
@@ -70,4 +71,4 @@ def make_room(
     if found is None:
         return None
     why = f"reclaimed by queue {queue} for gang {gang} (within its guaranteed share)"
-    return Room(*found, why, "reclaim")
+    return Room(*found, why, Kind.RECLAIM)

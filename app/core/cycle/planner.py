@@ -57,7 +57,7 @@ from app.core.policies.proportion import admit
 from app.core.policies.registry import constraint_of
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
-from app.core.state.journal import Journal
+from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
 from app.core.state.statement import Applied, Hold, Reserve, Statement
@@ -349,7 +349,7 @@ class Planner:
                 session.discard()
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
             self._release(spec.key, why)
-            self._note("plan-released", spec.key, why)
+            self._note(Kind.PLAN_RELEASED, spec.key, why)
             self._hints[spec.key] = "constraints"
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
@@ -632,7 +632,7 @@ class Planner:
             self._blocked[unit_key] = self._wall() + 60.0
             reason = f"eviction of {unit_key} refused ({why})"
             self._release(eviction.preemptor, reason)
-            self._note("plan-released", eviction.preemptor, reason)
+            self._note(Kind.PLAN_RELEASED, eviction.preemptor, reason)
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -667,7 +667,7 @@ class Planner:
                     text = f"{len(plan.members)} members on {', '.join(nodes)}"
                     if plan.victims:
                         text += f"; waiting for {len(plan.victims)} evicted pods to leave"
-                    self._journal.record("plan", gang, queue=queue, nodes=nodes, message=text)
+                    self._journal.record(Kind.PLAN, gang, queue=queue, nodes=nodes, message=text)
             if self._timings is not None:
                 self._timings.observe(time.perf_counter() - started)
             return [g for g, _ in made]
@@ -800,7 +800,9 @@ class Planner:
             del session.plans[key]
         for lapse in dropped:
             self._release(lapse.gang, lapse.why, session)
-            self._note("plan-expired" if lapse.expired else "plan-released", lapse.gang, lapse.why)
+            self._note(
+                Kind.PLAN_EXPIRED if lapse.expired else Kind.PLAN_RELEASED, lapse.gang, lapse.why
+            )
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]
@@ -993,7 +995,7 @@ class Planner:
         same: np.ndarray = tree.ids[level] == tree.ids[level, row]
         return same
 
-    def _note(self, kind: str, gang: str, message: str) -> None:
+    def _note(self, kind: Kind, gang: str, message: str) -> None:
         """Journal a plan that ended without its gang starting."""
         if self._journal is not None:
             self._journal.record(kind, gang, message=message)

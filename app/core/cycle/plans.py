@@ -11,6 +11,7 @@ from app.core.actions.victims import Unit
 from app.core.model.gang import Gang
 from app.core.model.groupobjects import GroupObject
 from app.core.model.values import Pod
+from app.core.state.journal import Kind
 
 
 @dataclass(slots=True)
@@ -162,5 +163,5 @@ class Eviction:
     preemptor: str
     units: tuple[Unit, ...]
     why: str
-    kind: str = "preemption"
+    kind: Kind = Kind.PREEMPTION
     queue: str | None = None

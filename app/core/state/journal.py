@@ -20,20 +20,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-#: Every kind of entry, in the order a gang usually meets them.
-KINDS = (
-    "plan",  # a gang got a plan: member -> node
-    "preemption",  # lower-priority units evicted to make room for a gang
-    "reclaim",  # a queue below its guarantee took back borrowed room
-    "barrier-timeout",  # bind calls waited for the rest of the gang and ran out
-    "rollback",  # a bind failed after others succeeded: the bound members were deleted
-    "gang-started",  # every core member bound
-    "plan-expired",  # the gang did not start within its plan's lifetime
-    "plan-released",  # a plan dropped for another reason (member deleted, eviction refused)
-)
+
+class Kind(StrEnum):
+    """Every kind of entry, in the order a gang usually meets them (the value is what
+    ``/debug/events`` and the metrics show)."""
+
+    PLAN = "plan"  # a gang got a plan: member -> node
+    PREEMPTION = "preemption"  # lower-priority units evicted to make room for a gang
+    RECLAIM = "reclaim"  # a queue below its guarantee took back borrowed room
+    BARRIER_TIMEOUT = "barrier-timeout"  # bind calls waited for the rest and ran out
+    ROLLBACK = "rollback"  # a bind failed after others succeeded: bound members deleted
+    GANG_STARTED = "gang-started"  # every core member bound
+    PLAN_EXPIRED = "plan-expired"  # the gang did not start within its plan's lifetime
+    PLAN_RELEASED = "plan-released"  # a plan dropped for another reason (member deleted ...)
+
+
+KINDS: tuple[Kind, ...] = tuple(Kind)
 #: Kinds that evict running work.
-EVICTING = ("preemption", "reclaim")
+EVICTING: tuple[Kind, ...] = (Kind.PREEMPTION, Kind.RECLAIM)
 DEFAULT_CAPACITY = 2048
 
 
@@ -55,7 +61,7 @@ class Entry:
 
     seq: int
     time: float
-    kind: str
+    kind: Kind
     gang: str
     queue: str | None = None
     message: str = ""
@@ -84,16 +90,16 @@ class Totals:
     """Cumulative counters since start: entries by kind, and for the evicting kinds the
     units evicted and GPU-seconds lost."""
 
-    by_kind: dict[str, int]
-    victims: dict[str, int]
-    gpu_seconds_lost: dict[str, float]
+    by_kind: dict[Kind, int]
+    victims: dict[Kind, int]
+    gpu_seconds_lost: dict[Kind, float]
 
 
 @dataclass(slots=True)
 class _Counts:
-    by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    victims: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EVICTING, 0))
-    lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(EVICTING, 0.0))
+    by_kind: dict[Kind, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    victims: dict[Kind, int] = field(default_factory=lambda: dict.fromkeys(EVICTING, 0))
+    lost: dict[Kind, float] = field(default_factory=lambda: dict.fromkeys(EVICTING, 0.0))
 
 
 class Journal:
@@ -113,7 +119,7 @@ class Journal:
 
     def record(
         self,
-        kind: str,
+        kind: Kind,
         gang: str,
         *,
         queue: str | None = None,
@@ -121,7 +127,7 @@ class Journal:
         nodes: Sequence[str] = (),
         victims: Sequence[Victim] = (),
     ) -> Entry:
-        """Append one decision of ``kind`` (one of ``KINDS``) and count it."""
+        """Append one decision of ``kind`` and count it."""
         if kind not in KINDS:
             raise ValueError(f"unknown journal kind {kind!r}; one of {', '.join(KINDS)}")
         with self._lock:
@@ -129,7 +135,7 @@ class Journal:
             entry = Entry(
                 self._seq,
                 self._wall(),
-                kind,
+                Kind(kind),
                 gang,
                 queue,
                 message,

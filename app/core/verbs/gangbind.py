@@ -28,7 +28,7 @@ from app.core.model.gang import gang_spec
 from app.core.model.status import SUCCESS, Status
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway
-from app.core.state.journal import Journal
+from app.core.state.journal import Journal, Kind
 from app.core.verbs.barrier import Barrier
 from app.core.verbs.bind import Binder, BindOutcome
 
@@ -149,7 +149,7 @@ class GangBinder:
             if self._journal is not None:
                 nodes = sorted({r.node for r in requests})
                 self._journal.record(
-                    "gang-started",
+                    Kind.GANG_STARTED,
                     gang,
                     queue=queue,
                     nodes=nodes,
@@ -167,7 +167,7 @@ class GangBinder:
         self._planner.release(gang, reason)
         if self._journal is not None:
             bound = sorted({r.node for r, o in zip(requests, outcomes, strict=True) if not o.error})
-            self._journal.record("rollback", gang, queue=queue, message=reason, nodes=bound)
+            self._journal.record(Kind.ROLLBACK, gang, queue=queue, message=reason, nodes=bound)
         return [BindOutcome(reason, "RolledBack") for _ in requests]
 
     def expire(self, now: float | None = None) -> list[tuple[BindRequest, BindOutcome]]:
@@ -190,7 +190,7 @@ class GangBinder:
             answers.extend((r, BindOutcome(reason, "BarrierTimeout")) for r in items)
             if self._journal is not None:
                 queue = plan.queue if plan is not None else None
-                self._journal.record("barrier-timeout", gang, queue=queue, message=reason)
+                self._journal.record(Kind.BARRIER_TIMEOUT, gang, queue=queue, message=reason)
         return answers
 
     def _roll_back(self, request: BindRequest, reason: str) -> None:
