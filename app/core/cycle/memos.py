@@ -146,6 +146,8 @@ class SnapshotMemo:
         self._snapshot: Snapshot | None = None
         self._values: dict[Hashable, object] = {}
         self._lasting: dict[Hashable, object] = {}
+        self._steady_scope: object = None
+        self._steady: dict[Hashable, tuple[tuple[object, ...], object]] = {}
 
     def get(self, snapshot: Snapshot, key: Hashable, make: Callable[[], T]) -> T:
         """The value of ``key`` for ``snapshot``, made by ``make()`` the first time."""
@@ -168,6 +170,43 @@ class SnapshotMemo:
                 self._lasting[key] = make()
             return cast(T, self._lasting[key])
 
+    def steady(
+        self,
+        snapshot: Snapshot,
+        key: Hashable,
+        make: Callable[[], T],
+        *,
+        same: Sequence[object] = (),
+    ) -> T:
+        """The value of ``key``, made by ``make()`` from nodes, node usage, holds and the pods
+        that hold or are planned onto nodes, plus the objects ``same`` (compared by identity,
+        such as the pending pods it read): kept while all of those are unchanged, across
+        snapshots that differ only in pending pods (``Snapshot.placed_generation``), so it is
+        what ``make()`` would give now. A snapshot without a placed generation keeps it for
+        itself only."""
+        scope = _steady_scope(snapshot)
+        with self._lock:
+            if self._steady_scope != scope:
+                self._steady_scope, self._steady = scope, {}
+            hit = self._steady.get(key)
+            if hit is not None and _identical(hit[0], same):
+                return cast(T, hit[1])
+        value = make()
+        self.put_steady(snapshot, key, value, same=same)
+        return value
+
+    def put_steady(
+        self, snapshot: Snapshot, key: Hashable, value: object, *, same: Sequence[object] = ()
+    ) -> None:
+        """Keep ``value`` for ``key`` as ``steady`` does (replacing what was kept)."""
+        scope = _steady_scope(snapshot)
+        with self._lock:
+            if self._steady_scope != scope:
+                self._steady_scope, self._steady = scope, {}
+            if len(self._steady) > 256:
+                self._steady.clear()
+            self._steady[key] = (tuple(same), value)
+
     def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
         """Keep ``value`` for ``key`` (replacing what was kept) while ``snapshot`` is current."""
         with self._lock:
@@ -176,3 +215,30 @@ class SnapshotMemo:
             if len(self._values) > 256:
                 self._values.clear()
             self._values[key] = value
+
+
+def _identical(kept: Sequence[object], same: Sequence[object]) -> bool:
+    return len(kept) == len(same) and all(map(operator.is_, kept, same))
+
+
+def _steady_scope(snapshot: Snapshot) -> tuple[object, ...]:
+    """What ``SnapshotMemo.steady`` values are kept for: the placed generation and the node
+    table (or the snapshot itself when it has no placed generation)."""
+    if not snapshot.placed_generation:
+        return (_Identity(snapshot),)
+    return (snapshot.placed_generation, _Identity(snapshot.view.table))
+
+
+class _Identity:
+    """Equal to another only when both wrap the same object (held, so ids are not reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)

@@ -622,7 +622,9 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
         return occupants
 
     key = ("line", owner if head is not None else "", tuple(g.key for g in ahead))
-    occupants = o.kept.get(o.session.snapshot, key, chain)
+    # The replay reads nodes and placed pods, and the members of the gangs in it.
+    members = [p for g in [*([head] if head is not None else []), *ahead] for p in g.members]
+    occupants = o.kept.steady(o.session.snapshot, key, chain, same=members)
 
     def start() -> float | None:
         found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy)
@@ -630,7 +632,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-    found = o.kept.get(o.session.snapshot, (*key, shape), start)
+    found = o.kept.steady(o.session.snapshot, (*key, shape), start, same=members)
     return None if found is None else max(found, o.now)
 
 
@@ -647,7 +649,7 @@ def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
         # ``now`` means ``now``, so an earlier answer stays right).
         shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
         key = ("free at", _view_key(o, view), shape)
-        start = o.kept.get(o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot))
+        start = o.kept.steady(o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot))
         return None if start is None else max(start, o.now)
     return _reserved_start(o, job, snapshot, domains)
 
@@ -694,7 +696,7 @@ def _ending(o: Outlook, snapshot: Snapshot) -> Ending:
         return ending(snapshot, now=o.now, default_runtime=o.default_runtime,
                       planned_start_now=True)  # fmt: skip
 
-    found = o.kept.get(o.session.snapshot, key, make)
+    found = o.kept.steady(o.session.snapshot, key, make)
     return found if found.timeless else make()
 
 
@@ -904,16 +906,23 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     kept per shape of job while the cache and the running units are unchanged."""
     units, since = _units(o)
     shape = tuple((p.requests, constraint_of(p), p.priority) for p in job.core)
-    key = ("priority fix", since, queue, shape)
-    return o.kept.get(o.session.snapshot, key, lambda: _find_priority_fix(o, job, queue, units))
+    # It reads the running units (found at ``since``), node usage and queue usage (placed
+    # pods and the queue config): kept while those stay (``SnapshotMemo.steady``).
+    key = ("priority fix", since, id(o.config), queue, shape)
+    return o.kept.steady(o.session.snapshot, key, lambda: _find_priority_fix(o, job, queue, units))
 
 
 def _units(o: Outlook) -> tuple[list[Unit], float]:
     """The running units that could be evicted (``running_units``), kept while the cache is
     unchanged and no protected unit has come of age; and when they were found."""
     snapshot = o.session.snapshot
-    key = ("units", id(o.config))
-    kept = o.kept.get(snapshot, key, lambda: None)
+    # Units are made of pods holding nodes, cut by their gangs: kept while those pods and
+    # each such gang's size, min-member and priority are the same.
+    gangs = tuple(
+        (k, g.min_member, g.priority, len(g.members)) for k, g in o.gangs.items() if g.bound
+    )
+    key = ("units", id(o.config), gangs)
+    kept = o.kept.steady(snapshot, key, lambda: None)
     if isinstance(kept, tuple) and kept[0] <= o.now < kept[1]:
         return cast(list[Unit], kept[2]), kept[0]
     young: list[float] = []
@@ -926,7 +935,7 @@ def _units(o: Outlook) -> tuple[list[Unit], float]:
         protected_until=young,
         lone=lone_memo(o, "queue names"),
     )
-    o.kept.put(snapshot, key, (o.now, min(young, default=math.inf), units))
+    o.kept.put_steady(snapshot, key, (o.now, min(young, default=math.inf), units))
     return units, o.now
 
 

@@ -116,6 +116,11 @@ class Snapshot:
     devices: Mapping[str, Held] = field(default_factory=dict)
     #: The cache generation this snapshot shows.
     generation: int = 0
+    #: Changes whenever nodes, node usage, holds or any pod that holds, is bound to or is
+    #: planned onto a node change (``ClusterCache.placed_generation``); 0: not known (a
+    #: snapshot made by hand). What is derived from nodes and placed pods alone may be kept
+    #: while it is the same, across pending pods coming and going.
+    placed_generation: int = 0
 
     def holds_node(self, pod: Pod) -> bool:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
@@ -317,6 +322,7 @@ class ClusterCache:
         self._backfill_view: NodeView | None = None
         self._wall = time.time
         self._generation = 0
+        self._placed_generation = 0
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
         self._synced = False
@@ -450,6 +456,7 @@ class ClusterCache:
 
     def _upsert_pod(self, pod: Pod) -> None:
         old = self._pods.get(pod.uid)
+        counted = self._counted(pod.uid)
         if old is not None and old.node_name and not pod.node_name:
             # The API never clears spec.nodeName: this version is older than the bind the
             # cache already knows of (a LIST read before it, an event it overtook). Dropping
@@ -490,7 +497,11 @@ class ClusterCache:
             and (not target or (old is not None and old.requests == pod.requests))
             and self._devices.held(pod.uid) == held_before
         )
-        self._bump(nodes=not usage_same)
+        self._bump(nodes=not usage_same, placed=counted or self._counted(pod.uid))
+
+    def _counted(self, uid: str) -> bool:
+        """Whether pod ``uid`` is placed, assumed or reserved (see ``placed_generation``)."""
+        return uid in self._placement or uid in self._assumed or uid in self._reserved
 
     def _unindex_gang(self, uid: str) -> None:
         key = self._gang_of.pop(uid, None)
@@ -578,12 +589,13 @@ class ClusterCache:
         old = self._pods.pop(uid, None)
         self._unindex_gang(uid)
         self._unindex_refs(uid)
+        counted = self._counted(uid)
         self._assumed.pop(uid, None)
         self._reserved.pop(uid, None)
         if old is not None:
             placed_before = uid in self._placement
             self._move(uid, old.requests, old.requests, "")
-            self._bump(nodes=placed_before)
+            self._bump(nodes=placed_before, placed=counted)
         self._queue_key.pop(uid, None)
 
     def _move(
@@ -660,7 +672,10 @@ class ClusterCache:
                     return pod
                 raise BindRejected(f"pod {pod.key} is already bound to {pod.node_name}")
             if self._placement.get(uid) == node:
+                fresh = uid not in self._assumed
                 self._assumed[uid] = self._clock() + ttl
+                if fresh:  # its plan's room: usage stays, but it now holds the node
+                    self._bump(nodes=False)
                 return pod
             self._move(uid, pod.requests, pod.requests, "")
             free = self._alloc[i] - self._used[i]
@@ -920,6 +935,7 @@ class ClusterCache:
                     bound_at=MappingProxyType(dict(self._bound_at)),
                     devices=MappingProxyType(self._devices.holders()),
                     generation=self._generation,
+                    placed_generation=self._placed_generation,
                 )
             return self._snapshot
 
@@ -969,9 +985,19 @@ class ClusterCache:
         """Set by the source that fills the cache once its initial load is complete."""
         self._synced = synced
 
-    def _bump(self, *, nodes: bool = True) -> None:
-        """Something changed: a new generation; ``nodes``: node usage or nodes changed too."""
+    @property
+    def placed_generation(self) -> int:
+        """Increases on every change but those of pods that neither hold nor had a node
+        (bound, binding or planned): a pending pod coming, changing or going leaves it."""
+        return self._placed_generation
+
+    def _bump(self, *, nodes: bool = True, placed: bool = True) -> None:
+        """Something changed: a new generation; ``nodes``: node usage or nodes changed too;
+        ``placed``: a pod that holds or held a node (or a plan's room) changed (implied by
+        ``nodes``)."""
         self._generation += 1
+        if nodes or placed:
+            self._placed_generation = self._generation
         if nodes:
             self._view = None
         self._snapshot = None
