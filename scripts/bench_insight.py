@@ -19,8 +19,10 @@ Measured, each over ``--calls`` calls (p50/p99, milliseconds):
   (shapes vary per call), after one pass over every waiting gang (the steady state of an
   unchanged cluster: what explain keeps per snapshot is there). Baseline: ``planner.look()``
   alone, the snapshot any answer reads. **cold** rows (``--calls`` / 3 each): the same
-  calls, each right after the cache changed (a pod comes and goes), so nothing kept per
-  snapshot helps: the cost after every event in a live cluster.
+  calls, each right after the cache changed (a pending pod comes and goes), so nothing kept per
+  snapshot helps: the cost after most events in a live cluster. **running** rows (as many):
+  each call right after a running pod changed (its annotations: a new pod object), so what
+  is derived from the running pods is found again too: the cost after a pod starts or ends.
 * **HTTP** (both servers are uvicorn subprocesses, same client): ``GET /explain/...`` and
   ``POST /whatif`` on a Muster server whose cache holds the same pods, against a *null*
   server that answers the same routes with a canned answer of the same size (taken from
@@ -39,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,7 +73,8 @@ from scripts.replay_openb import arrival_identity, pod_json, simulate_file_order
 NAMESPACE = "bench"
 TARGET_P99_MS = {"explain gang": 20.0, "explain pod": 20.0, "what-if": 100.0,
                  "explain gang, cold": 20.0, "explain pod, cold": 20.0,
-                 "what-if, cold": 100.0}  # fmt: skip
+                 "what-if, cold": 100.0, "explain gang, running": 20.0,
+                 "explain pod, running": 20.0, "what-if, running": 100.0}  # fmt: skip
 START_TIMEOUT = 120.0
 #: Gang shapes (members, GPUs each), cycled.
 SHAPES = ((2, 8), (4, 4), (8, 1), (16, 2), (4, 8), (8, 2))
@@ -205,31 +208,44 @@ def measure_in_process(planner: Planner, waiting: Sequence[str], calls: int) -> 
 
 
 def measure_after_change(
-    cache: ClusterCache, planner: Planner, waiting: Sequence[str], calls: int, now: float
+    cache: ClusterCache,
+    planner: Planner,
+    waiting: Sequence[str],
+    calls: int,
+    now: float,
+    *,
+    running: Sequence[str] = (),
 ) -> dict[str, Latency]:
     """Explain of a gang, of a pod, and what-if, each call first after the cache changed (a
-    pod on its own comes and goes), so nothing kept from an earlier snapshot helps: the cost
-    after every event in a live cluster."""
-    samples: dict[str, list[int]] = {"explain gang, cold": [], "explain pod, cold": [],
-                                     "what-if, cold": []}  # fmt: skip
+    pending pod comes and goes: rows ``..., cold``), so nothing kept from an earlier snapshot
+    helps: the cost after most events in a live cluster. With ``running`` (uids of running
+    pods), the change is instead one of them updated (rows ``..., running``)."""
+    suffix = "running" if running else "cold"
+    names = [f"explain gang, {suffix}", f"explain pod, {suffix}", f"what-if, {suffix}"]
+    samples: dict[str, list[int]] = {name: [] for name in names}
     gc.collect()
     step = 0
 
     def change() -> None:
         nonlocal step
-        toggle = pod_from_dict(_member(f"toggle-{step}", 0, 1, 1, now))
-        cache.upsert_pods([toggle])
-        cache.delete_pod(toggle.uid)
+        if running:
+            pod = cache.pod(running[(step * 7919) % len(running)])
+            assert pod is not None
+            cache.upsert_pods([replace(pod, annotations={**pod.annotations, "step": str(step)})])
+        else:
+            toggle = pod_from_dict(_member(f"toggle-{step}", 0, 1, 1, now))
+            cache.upsert_pods([toggle])
+            cache.delete_pod(toggle.uid)
         step += 1
 
     for k in range(calls):
         gang = waiting[(k * 37) % len(waiting)]
         change()
-        samples["explain gang, cold"].append(
+        samples[names[0]].append(
             _ns(lambda: explain_gang(planner.look(), NAMESPACE, gang))  # noqa: B023
         )
         change()
-        samples["explain pod, cold"].append(
+        samples[names[1]].append(
             _ns(lambda: explain_pod(planner.look(), NAMESPACE, f"{gang}-0"))  # noqa: B023
         )
         change()
@@ -239,7 +255,7 @@ def measure_after_change(
             outlook = planner.look()
             what_if(outlook, proposal_from(body, scheduler_name="muster", now=outlook.now))  # noqa: B023
 
-        samples["what-if, cold"].append(_ns(ask))
+        samples[names[2]].append(_ns(ask))
     return {name: Latency.of(values) for name, values in samples.items()}
 
 
@@ -364,6 +380,9 @@ def run(nodes: int, pods: int, bound: int, calls: int, warmup: int, *,
         key = answer.category if answer.state == "waiting" else answer.state
         categories[key] = categories.get(key, 0) + 1
     after_change = measure_after_change(cache, planner, waiting, max(calls // 3, 3), now)
+    running = [p.uid for p in workload.pods if p.node_name]
+    after_change |= measure_after_change(cache, planner, waiting, max(calls // 3, 3), now,
+                                         running=running)  # fmt: skip
     measure_in_process(planner, waiting, max(warmup, len(waiting)))  # every answer kept once
     in_process = measure_in_process(planner, waiting, calls)
     in_process.update(after_change)

@@ -30,8 +30,9 @@ def test_benchmark_measures_explain_and_whatif(
     for name in ("baseline: look()", "explain gang", "explain pod", "what-if"):
         stat = report.in_process[name]
         assert stat.count == 6 and 0 < stat.p50 <= stat.p99
-    for name in ("explain gang, cold", "explain pod, cold", "what-if, cold"):
-        assert report.in_process[name].count == 3
+    for kind in ("cold", "running"):
+        for name in (f"explain gang, {kind}", f"explain pod, {kind}", f"what-if, {kind}"):
+            assert report.in_process[name].count == 3
     for server in ("muster", "null"):
         for name in ("explain gang", "explain pod", "what-if"):
             stat = report.http[server][name]
