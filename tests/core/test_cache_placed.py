@@ -53,7 +53,7 @@ def _placed_state(snapshot: Snapshot) -> tuple[Any, ...]:
     )
 
 
-def _event(cache: ClusterCache, rng: random.Random, step: int) -> None:
+def event(cache: ClusterCache, rng: random.Random, step: int) -> None:
     pods = [p for p in (cache.pod(u) for u in list(cache.snapshot().pods)) if p is not None]
     pending = [p for p in pods if not p.node_name and not p.terminal]
     running = [p for p in pods if p.node_name and not p.terminal]
@@ -101,7 +101,7 @@ def test_an_unchanged_placed_generation_means_unchanged_nodes_and_placed_pods(
     before = cache.snapshot()
     kept = changed = 0
     for step in range(300):
-        _event(cache, rng, step)
+        event(cache, rng, step)
         after = cache.snapshot()
         assert after.placed_generation == cache.placed_generation
         if after.placed_generation == before.placed_generation:

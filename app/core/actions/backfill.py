@@ -11,14 +11,16 @@ it (backfill), so the big gang starts on time and the holes it leaves meanwhile 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from app.core.actions.allocate import Allocation, FitBound, allocate
+from app.core.gpu.ledger import Held
 from app.core.model.runtime import declared_runtime, expected_end
-from app.core.model.values import Pod, Resources
-from app.core.state.cache import Releases, Snapshot, releases
+from app.core.model.values import RESOURCE_NAMES, Pod, Resources
+from app.core.state.cache import Releases, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,22 @@ class Ending:
     timeless: bool
 
 
+#: What ``ending`` found for each pod (by uid), kept across calls: the pod object, its start,
+#: node and held devices it was found for, then its expected end, row, requests and devices.
+EndingEntry = tuple[Pod, float, str, "Held | None", float, int, Resources, tuple[int, ...], int]
+
+
+@dataclass(slots=True)
+class EndingMemo:
+    """``ending``'s per-pod entries, valid for one node table and default runtime (a pod's
+    row and expected end depend on them): a new cache snapshot then costs a lookup per placed
+    pod instead of reading each again."""
+
+    table: object = None
+    default_runtime: float = 0.0
+    entries: dict[str, EndingEntry] = field(default_factory=dict)
+
+
 def ending(
     snapshot: Snapshot,
     *,
@@ -48,25 +66,67 @@ def ending(
     default_runtime: float,
     within: np.ndarray | None = None,
     planned_start_now: bool = False,
+    memo: EndingMemo | None = None,
 ) -> Ending:
-    """``reserve_for``'s order of the pods on ``snapshot.view`` (``within``: those rows)."""
+    """``reserve_for``'s order of the pods on ``snapshot.view`` (``within``: those rows).
+    ``memo``: entries kept from earlier calls (updated here); the answer is the same."""
     view = snapshot.view
-    running = []
+    if memo is not None and (memo.table is not view.table
+                             or memo.default_runtime != default_runtime):  # fmt: skip
+        memo.table, memo.default_runtime, memo.entries = view.table, default_runtime, {}
+    kept = memo.entries if memo is not None else {}
+    if len(kept) > 2 * len(snapshot.pods) + 1024:
+        kept.clear()  # uids of gone pods pile up
+    placement, index, devices = snapshot.placement, view.index, snapshot.devices
+    bound_at, reserved = snapshot.bound_at, snapshot.reserved
+    found: list[EndingEntry] = []
     timeless = True
     for uid, pod in snapshot.pods.items():
-        node = snapshot.placement.get(uid)
-        counted = snapshot.holds_node(pod) or (planned_start_now and uid in snapshot.reserved)
-        if not node or pod.terminal or not counted or node not in view.index:
+        node = placement.get(uid)
+        if not node or pod.terminal:
             continue
-        if within is not None and not within[view.index[node]]:
+        if not (snapshot.holds_node(pod) or (planned_start_now and uid in reserved)):
             continue
-        started = pod.started or snapshot.bound_at.get(uid)
+        row = index.get(node)
+        if row is None or (within is not None and not within[row]):
+            continue
+        started = pod.started or bound_at.get(uid)
         if started is None:
             started, timeless = now, False
-        running.append((expected_end(pod, started, default_runtime), pod))
-    running.sort(key=lambda r: r[0])
-    gone = releases(snapshot, (pod for _, pod in running), view)
-    return Ending([end for end, _ in running], gone, timeless)
+        held = devices.get(uid)
+        entry = kept.get(uid)
+        if (entry is None or entry[0] is not pod or entry[1] != started or entry[2] != node
+                or entry[3] is not held):  # fmt: skip
+            ids = held.devices if held is not None and held.node == node else ()
+            milli = held.ask.milli if held is not None else 0
+            end = expected_end(pod, started, default_runtime)
+            entry = (pod, started, node, held, end, row, pod.requests, ids, milli)
+            if memo is not None:
+                kept[uid] = entry
+        found.append(entry)
+    found.sort(key=lambda e: e[4])
+    return Ending([e[4] for e in found], _releases(found), timeless)
+
+
+def _releases(found: Sequence[EndingEntry]) -> Releases:
+    """``Releases`` of ``ending``'s entries, in their order."""
+    width = len(RESOURCE_NAMES)
+    count = sum(len(e[7]) for e in found)
+    device_rows = np.fromiter((e[5] for e in found for _ in e[7]), np.intp, count)
+    device_ids = np.fromiter((d for e in found for d in e[7]), np.intp, count)
+    device_milli = np.fromiter((e[8] for e in found for _ in e[7]), np.int64, count)
+    device_end = np.zeros(len(found) + 1, dtype=np.intp)
+    np.cumsum(np.fromiter((len(e[7]) for e in found), np.intp, len(found)), out=device_end[1:])
+    return Releases(
+        np.fromiter((e[5] for e in found), np.intp, len(found)),
+        np.fromiter(chain.from_iterable(e[6] for e in found), np.int64, len(found) * width).reshape(
+            -1, width
+        ),  # fmt: skip
+        device_rows,
+        device_ids,
+        device_milli,
+        device_end,
+    )
 
 
 def reserve_for(

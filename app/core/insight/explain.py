@@ -31,7 +31,7 @@ import numpy as np
 
 from app.core.actions.allocate import allocate
 from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
-from app.core.actions.backfill import Ending, ending, may_backfill, reserve_for
+from app.core.actions.backfill import Ending, EndingMemo, ending, may_backfill, reserve_for
 from app.core.actions.victims import LoneMemo, Unit, freed, running_units
 from app.core.cycle.describe import gang_state
 from app.core.cycle.headofline import domains_for
@@ -693,8 +693,9 @@ def _ending(o: Outlook, snapshot: Snapshot) -> Ending:
     key = ("ending", _view_key(o, snapshot.view))
 
     def make() -> Ending:
+        memo = o.kept.lasting(("ending entries",), EndingMemo)
         return ending(snapshot, now=o.now, default_runtime=o.default_runtime,
-                      planned_start_now=True)  # fmt: skip
+                      planned_start_now=True, memo=memo)  # fmt: skip
 
     found = o.kept.steady(o.session.snapshot, key, make)
     return found if found.timeless else make()
