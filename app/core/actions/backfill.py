@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -44,19 +44,50 @@ class Ending:
 
 
 #: What ``ending`` found for each pod (by uid), kept across calls: the pod object, its start,
-#: node and held devices it was found for, then its expected end, row, requests and devices.
-EndingEntry = tuple[Pod, float, str, "Held | None", float, int, Resources, tuple[int, ...], int]
+#: node and held devices it was found for, then its expected end, row and release shape (an
+#: index into ``EndingMemo``'s shapes: requests and GPU devices).
+EndingEntry = tuple[Pod, float, str, "Held | None", float, int, int]
 
 
 @dataclass(slots=True)
 class EndingMemo:
     """``ending``'s per-pod entries, valid for one node table and default runtime (a pod's
     row and expected end depend on them): a new cache snapshot then costs a lookup per placed
-    pod instead of reading each again."""
+    pod instead of reading each again. Pods release a handful of distinct shapes (requests,
+    devices held, milli-GPU on each), numbered in ``shapes`` so releases are gathered from
+    small tables at numpy speed."""
 
     table: object = None
     default_runtime: float = 0.0
     entries: dict[str, EndingEntry] = field(default_factory=dict)
+    shapes: dict[tuple[Resources, tuple[int, ...], int], int] = field(default_factory=dict)
+    #: Per shape: requests, device count, devices (padded with 0) and milli; None: stale.
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def shape(self, requests: Resources, devices: tuple[int, ...], milli: int) -> int:
+        """The number of this release shape."""
+        key = (requests, devices, milli)
+        found = self.shapes.get(key)
+        if found is None:
+            found = self.shapes[key] = len(self.shapes)
+            self.tables = None
+        return found
+
+    def shape_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Requests (rows), device counts, devices (padded rows) and milli, by shape."""
+        if self.tables is None:
+            keys = list(self.shapes)
+            width = max((len(k[1]) for k in keys), default=0)
+            devices = np.zeros((len(keys), width), np.intp)
+            for i, k in enumerate(keys):
+                devices[i, : len(k[1])] = k[1]
+            self.tables = (
+                np.asarray([k[0] for k in keys], np.int64).reshape(-1, len(RESOURCE_NAMES)),
+                np.asarray([len(k[1]) for k in keys], np.intp),
+                devices,
+                np.asarray([k[2] for k in keys], np.int64),
+            )
+        return self.tables
 
 
 def ending(
@@ -71,12 +102,14 @@ def ending(
     """``reserve_for``'s order of the pods on ``snapshot.view`` (``within``: those rows).
     ``memo``: entries kept from earlier calls (updated here); the answer is the same."""
     view = snapshot.view
-    if memo is not None and (memo.table is not view.table
-                             or memo.default_runtime != default_runtime):  # fmt: skip
+    if memo is None:
+        memo = EndingMemo(view.table, default_runtime)
+    elif memo.table is not view.table or memo.default_runtime != default_runtime:
         memo.table, memo.default_runtime, memo.entries = view.table, default_runtime, {}
-    kept = memo.entries if memo is not None else {}
-    if len(kept) > 2 * len(snapshot.pods) + 1024:
+    kept = memo.entries
+    if len(kept) > 2 * len(snapshot.pods) + 1024 or len(memo.shapes) > 4096:
         kept.clear()  # uids of gone pods pile up
+        memo.shapes, memo.tables = {}, None
     placement, index, devices = snapshot.placement, view.index, snapshot.devices
     bound_at, reserved = snapshot.bound_at, snapshot.reserved
     found: list[EndingEntry] = []
@@ -98,33 +131,30 @@ def ending(
         if (entry is None or entry[0] is not pod or entry[1] != started or entry[2] != node
                 or entry[3] is not held):  # fmt: skip
             ids = held.devices if held is not None and held.node == node else ()
-            milli = held.ask.milli if held is not None else 0
+            shape = memo.shape(pod.requests, ids, held.ask.milli if ids and held else 0)
             end = expected_end(pod, started, default_runtime)
-            entry = (pod, started, node, held, end, row, pod.requests, ids, milli)
-            if memo is not None:
-                kept[uid] = entry
+            entry = kept[uid] = (pod, started, node, held, end, row, shape)
         found.append(entry)
-    found.sort(key=lambda e: e[4])
-    return Ending([e[4] for e in found], _releases(found), timeless)
+    found.sort(key=itemgetter(4))
+    return Ending([e[4] for e in found], _releases(found, memo), timeless)
 
 
-def _releases(found: Sequence[EndingEntry]) -> Releases:
+def _releases(found: Sequence[EndingEntry], memo: EndingMemo) -> Releases:
     """``Releases`` of ``ending``'s entries, in their order."""
-    width = len(RESOURCE_NAMES)
-    count = sum(len(e[7]) for e in found)
-    device_rows = np.fromiter((e[5] for e in found for _ in e[7]), np.intp, count)
-    device_ids = np.fromiter((d for e in found for d in e[7]), np.intp, count)
-    device_milli = np.fromiter((e[8] for e in found for _ in e[7]), np.int64, count)
-    device_end = np.zeros(len(found) + 1, dtype=np.intp)
-    np.cumsum(np.fromiter((len(e[7]) for e in found), np.intp, len(found)), out=device_end[1:])
+    n = len(found)
+    requests, counts, devices, milli = memo.shape_tables()
+    rows = np.fromiter(map(itemgetter(5), found), np.intp, n)
+    shapes = np.fromiter(map(itemgetter(6), found), np.intp, n)
+    held = counts[shapes] if n else np.zeros(0, np.intp)
+    device_end = np.zeros(n + 1, dtype=np.intp)
+    np.cumsum(held, out=device_end[1:])
+    picked = devices[shapes] if n else np.zeros((0, 0), np.intp)
     return Releases(
-        np.fromiter((e[5] for e in found), np.intp, len(found)),
-        np.fromiter(chain.from_iterable(e[6] for e in found), np.int64, len(found) * width).reshape(
-            -1, width
-        ),  # fmt: skip
-        device_rows,
-        device_ids,
-        device_milli,
+        rows,
+        requests[shapes] if n else np.zeros((0, len(RESOURCE_NAMES)), np.int64),
+        np.repeat(rows, held),
+        picked[np.arange(picked.shape[1]) < held[:, None]],
+        np.repeat(milli[shapes] if n else np.zeros(0, np.int64), held),
         device_end,
     )
 

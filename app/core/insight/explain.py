@@ -38,7 +38,7 @@ from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
 from app.core.cycle.outlook import Outlook
 from app.core.gpu.ask import MILLI, GpuAsk
-from app.core.insight.forward import Occupant, earliest
+from app.core.insight.forward import FreedViews, Occupant, earliest
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import TOPOLOGY_REQUIRED
 from app.core.model.quantity import format_milli
@@ -607,12 +607,14 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     order = _ending(o, snapshot)
     owner, holds, _ = o.session.holds
     head = o.gangs.get(owner) if holds else None
+    freed_views = FreedViews(view, order)
 
     def chain() -> list[Occupant]:
         occupants: list[Occupant] = []
         for gang in [*([head] if head is not None else []), *ahead]:
             core = gang.pending[: max(gang.min_member - len(gang.bound), 0)]
-            found = earliest(view, order, core, occupants, now=o.now, strategy=o.strategy)
+            found = earliest(view, order, core, occupants, now=o.now, strategy=o.strategy,
+                             freed_views=freed_views)  # fmt: skip
             if found is None:
                 continue
             start, allocation = found
@@ -627,7 +629,8 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     occupants = o.kept.steady(o.session.snapshot, key, chain, same=members)
 
     def start() -> float | None:
-        found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy)
+        found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy,
+                         freed_views=freed_views)  # fmt: skip
         return None if found is None else found[0]
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).

@@ -66,6 +66,24 @@ def _placed(view: NodeView, load: tuple[np.ndarray, np.ndarray] | None) -> NodeV
     return replace(view, used=view.used + load[0], gpu_free=np.maximum(view.gpu_free + load[1], 0))
 
 
+class FreedViews:
+    """``view`` with the first ``k`` pods of ``order`` gone, found once per ``k``: every
+    ``earliest`` on the same view and order (a line of gangs played forward, then the job
+    behind them) probes many of the same counts."""
+
+    def __init__(self, view: NodeView, order: Ending) -> None:
+        self.view = view
+        self.order = order
+        self._found: dict[int, NodeView] = {}
+
+    def __call__(self, k: int) -> NodeView:
+        """``order.releases.freed(view, k)``."""
+        found = self._found.get(k)
+        if found is None:
+            found = self._found[k] = self.order.releases.freed(self.view, k)
+        return found
+
+
 def earliest(
     view: NodeView,
     order: Ending,
@@ -74,8 +92,12 @@ def earliest(
     *,
     now: float,
     strategy: str,
+    freed_views: FreedViews | None = None,
 ) -> tuple[float, Allocation] | None:
-    """When ``members`` first fit together, and where (None: never, as far as is known)."""
+    """When ``members`` first fit together, and where (None: never, as far as is known).
+    ``freed_views``: freed views of ``view`` and ``order`` found by earlier calls."""
+    if freed_views is None or freed_views.view is not view or freed_views.order is not order:
+        freed_views = FreedViews(view, order)
     bound = FitBound(view, members)
     ends = order.ends
     cuts = sorted({t for o in occupants for t in (o.since, o.until) if t > now})
@@ -87,15 +109,21 @@ def earliest(
         low = bisect.bisect_right(ends, start)
         high = len(ends) if stop is None else max(bisect.bisect_left(ends, stop), low)
 
+        tried: dict[int, Allocation | None] = {}
+
         def possible(k: int) -> bool:
-            return bound.possible(_placed(order.releases.freed(view, k), load))  # noqa: B023
+            return bound.possible(_placed(freed_views(k), load))  # noqa: B023
 
         def attempt(k: int) -> Allocation | None:
-            freed = _placed(order.releases.freed(view, k), load)  # noqa: B023
-            if not bound.possible(freed):
-                return None
-            placed = allocate(freed, members, strategy=strategy)
-            return placed if placed.complete else None
+            if k in tried:  # noqa: B023
+                return tried[k]  # noqa: B023
+            freed = _placed(freed_views(k), load)  # noqa: B023
+            placed = None
+            if bound.possible(freed):
+                found = allocate(freed, members, strategy=strategy)
+                placed = found if found.complete else None
+            tried[k] = placed  # noqa: B023
+            return placed
 
         if attempt(high) is None:
             continue
