@@ -3,12 +3,13 @@ members change, queue names read once per pod, a failed placement remembered per
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
@@ -203,8 +204,7 @@ class SnapshotMemo:
         with self._lock:
             if self._steady_scope != scope:
                 self._steady_scope, self._steady = scope, {}
-            if len(self._steady) > 256:
-                self._steady.clear()
+            _trim(self._steady)
             self._steady[key] = (tuple(same), value)
 
     def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
@@ -212,9 +212,20 @@ class SnapshotMemo:
         with self._lock:
             if self._snapshot is not snapshot:
                 self._snapshot, self._values = snapshot, {}
-            if len(self._values) > 256:
-                self._values.clear()
+            _trim(self._values)
             self._values[key] = value
+
+
+#: How many values ``SnapshotMemo`` keeps per store; beyond it the oldest quarter goes (every
+#: waiting gang of a big cluster keeps a few: dropping all at once made the next calls pay
+#: for all of them again).
+MEMO_VALUES = 2048
+
+
+def _trim(values: dict[Hashable, Any]) -> None:
+    if len(values) >= MEMO_VALUES:
+        for key in list(itertools.islice(values, MEMO_VALUES // 4)):
+            del values[key]
 
 
 def _identical(kept: Sequence[object], same: Sequence[object]) -> bool:
