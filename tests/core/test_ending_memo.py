@@ -5,6 +5,7 @@ assumed, planned and released; pending pods coming and going; holds set and lift
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -49,3 +50,29 @@ def test_kept_entries_give_the_same_order_and_releases(seed: int) -> None:
             assert _same(kept, fresh), (step, kwargs)
             compared += len(fresh.ends)
     assert compared > 1000 and memo.entries
+
+
+def test_threads_sharing_a_memo_get_what_each_would_alone() -> None:
+    """Explains run in parallel (HTTP threads) on one memo while pods change."""
+    rng = random.Random(7)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(n, gpus=4) for n in NODES])
+    snapshots = []
+    for step in range(200):
+        event(cache, rng, step)
+        snapshots.append(cache.snapshot())
+    memo = EndingMemo()
+    failures: list[int] = []
+
+    def read(offset: int) -> None:
+        for i in range(offset, len(snapshots), 3):
+            kept, fresh = _both(snapshots[i], memo, planned_start_now=True)
+            if not _same(kept, fresh):
+                failures.append(i)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

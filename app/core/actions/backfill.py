@@ -10,6 +10,7 @@ it (backfill), so the big gang starts on time and the holes it leaves meanwhile 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -63,6 +64,8 @@ class EndingMemo:
     shapes: dict[tuple[Resources, tuple[int, ...], int], int] = field(default_factory=dict)
     #: Per shape: requests, device count, devices (padded with 0) and milli; None: stale.
     tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: Held by ``ending`` while it reads and updates the memo (explains run in parallel).
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def shape(self, requests: Resources, devices: tuple[int, ...], milli: int) -> int:
         """The number of this release shape."""
@@ -101,10 +104,15 @@ def ending(
 ) -> Ending:
     """``reserve_for``'s order of the pods on ``snapshot.view`` (``within``: those rows).
     ``memo``: entries kept from earlier calls (updated here); the answer is the same."""
+    memo = EndingMemo(snapshot.view.table, default_runtime) if memo is None else memo
+    with memo.lock:
+        return _ending(snapshot, now, default_runtime, within, planned_start_now, memo)
+
+
+def _ending(snapshot: Snapshot, now: float, default_runtime: float, within: np.ndarray | None,
+            planned_start_now: bool, memo: EndingMemo) -> Ending:  # fmt: skip
     view = snapshot.view
-    if memo is None:
-        memo = EndingMemo(view.table, default_runtime)
-    elif memo.table is not view.table or memo.default_runtime != default_runtime:
+    if memo.table is not view.table or memo.default_runtime != default_runtime:
         memo.table, memo.default_runtime, memo.entries = view.table, default_runtime, {}
     kept = memo.entries
     if len(kept) > 2 * len(snapshot.pods) + 1024 or len(memo.shapes) > 4096:
