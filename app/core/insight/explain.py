@@ -66,6 +66,9 @@ NODE_REASONS = 10
 FOCUS_UNITS = 64
 #: How many waiting gangs ahead in line the ETA plays forward (beyond the head of the line).
 AHEAD = 8
+#: How long the running units (and the priority fixes found with them) are kept at most while
+#: the running pods stay the same: victims are ordered by work lost, which grows with time.
+UNITS_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -609,8 +612,12 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     head = o.gangs.get(owner) if holds else None
     freed_views = FreedViews(view, order)
 
-    def chain() -> list[Occupant]:
+    def chain() -> tuple[float, float, list[Occupant]]:
+        """The occupants, and when they were found and until when they stay right: the play
+        only moves with the clock once a gang in it would start (or end), or if one fits at
+        once (its room then moves with the clock), or if the ends read the clock."""
         occupants: list[Occupant] = []
+        horizon = math.inf if order.timeless else o.now
         for gang in [*([head] if head is not None else []), *ahead]:
             core = gang.pending[: max(gang.min_member - len(gang.bound), 0)]
             found = earliest(view, order, core, occupants, now=o.now, strategy=o.strategy,
@@ -621,12 +628,16 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
             runtime = max(declared_runtime(p) or o.default_runtime for p in core)
             since = o.now if gang is head else start  # the head's room is held already
             occupants.append(Occupant(since, start + runtime, tuple(core), allocation))
-        return occupants
+            horizon = o.now if start <= o.now else min(horizon, start)
+        return o.now, horizon, occupants
 
     key = ("line", owner if head is not None else "", tuple(g.key for g in ahead))
     # The replay reads nodes and placed pods, and the members of the gangs in it.
     members = [p for g in [*([head] if head is not None else []), *ahead] for p in g.members]
-    occupants = o.kept.steady(o.session.snapshot, key, chain, same=members)
+    made, horizon, occupants = o.kept.steady(o.session.snapshot, key, chain, same=members)
+    if not (made == o.now or made < o.now < horizon):
+        made, horizon, occupants = chain()
+        o.kept.put_steady(o.session.snapshot, key, (made, horizon, occupants), same=members)
 
     def start() -> float | None:
         found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy,
@@ -635,7 +646,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-    found = o.kept.steady(o.session.snapshot, (*key, shape), start, same=members)
+    found = o.kept.steady(o.session.snapshot, (*key, shape), start, same=[*members, occupants])
     return None if found is None else max(found, o.now)
 
 
@@ -927,7 +938,7 @@ def _units(o: Outlook) -> tuple[list[Unit], float]:
     )
     key = ("units", id(o.config), gangs)
     kept = o.kept.steady(snapshot, key, lambda: None)
-    if isinstance(kept, tuple) and kept[0] <= o.now < kept[1]:
+    if isinstance(kept, tuple) and kept[0] <= o.now < min(kept[1], kept[0] + UNITS_SECONDS):
         return cast(list[Unit], kept[2]), kept[0]
     young: list[float] = []
     units = running_units(
