@@ -199,3 +199,26 @@ def test_a_line_kept_from_earlier_moves_with_the_clock_when_a_gang_in_it_fits_no
     later = explain_gang(outlook, "default", "b").as_dict()
     assert later == explain_gang(_fresh(outlook), "default", "b").as_dict()
     assert later["eta_seconds"] == 3600.0
+
+
+def test_a_planned_gangs_room_frees_an_hour_after_it_is_asked_about() -> None:
+    """Gang ``p`` is planned (it starts as soon as kube-scheduler binds it) for an hour; ``w``
+    needs its room. Ten minutes later, with ``p`` still not bound, ``w`` still waits an hour."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=8)])
+    cache.upsert_pods([_member("p", 0, 1, 8, 0, "1h")])
+    clock = [NOW]
+    planner = Planner(cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=0.0)
+    planner.cycle(force=True)
+    assert planner.plan("default/p") is not None
+    cache.upsert_pods([_member("w", 0, 1, 8, 0, "10m")])
+    first = explain_gang(planner.look(), "default", "w")
+    assert (first.category, first.eta_seconds) == ("priority", 3600.0), first.as_dict()
+    toggle = _member("t", 0, 1, 1, 0, "1h")
+    cache.upsert_pods([toggle])
+    cache.delete_pod(toggle.uid)
+    clock[0] += 600.0
+    outlook = planner.look()
+    later = explain_gang(outlook, "default", "w").as_dict()
+    assert later == explain_gang(_fresh(outlook), "default", "w").as_dict()
+    assert later["eta_seconds"] == 3600.0

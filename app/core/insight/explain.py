@@ -659,11 +659,17 @@ def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
     if domains == []:
         return None
     if domains is None:
-        # Alike jobs free alike: kept per shape while the cache is unchanged (a start before
-        # ``now`` means ``now``, so an earlier answer stays right).
-        shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-        key = ("free at", _view_key(o, view), shape)
-        start = o.kept.steady(o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot))
+        # Alike jobs free alike: kept per shape while the running pods are unchanged (a start
+        # before ``now`` means ``now``, so an earlier answer stays right), unless some end
+        # reads the clock (a planned pod starts "now": its end moves with the clock).
+        if not _ending(o, snapshot).timeless:
+            start = _reserved_start(o, job, snapshot)
+        else:
+            shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
+            key = ("free at", _view_key(o, view), shape)
+            start = o.kept.steady(
+                o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot)
+            )
         return None if start is None else max(start, o.now)
     return _reserved_start(o, job, snapshot, domains)
 
@@ -712,7 +718,13 @@ def _ending(o: Outlook, snapshot: Snapshot) -> Ending:
                       planned_start_now=True, memo=memo)  # fmt: skip
 
     found = o.kept.steady(o.session.snapshot, key, make)
-    return found if found.timeless else make()
+    if found.timeless:
+        return found
+    # Made once per outlook (its now) when some end reads the clock.
+    hit = o.memo.get(key)
+    if hit is None:
+        hit = o.memo[key] = make()
+    return cast(Ending, hit)
 
 
 def _admitted_at(o: Outlook, job: Job) -> float | None:
