@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from app.core.actions.backfill import Ending, EndingMemo, ending
-from app.core.state.cache import ClusterCache, Snapshot
+from app.core.model.runtime import expected_end
+from app.core.state.cache import ClusterCache, Snapshot, releases
 from tests.core.test_cache_placed import NODES, event
 from tests.factories import node
 
@@ -26,6 +27,24 @@ def _same(a: Ending, b: Ending) -> bool:
                       "device_end")
         )
     )  # fmt: skip
+
+
+def _reference(snapshot: Snapshot, within: np.ndarray | None, planned: bool) -> Ending:
+    """``ending`` as first written: every counted pod by expected end, then ``releases``."""
+    view, running, timeless = snapshot.view, [], True
+    for uid, pod in snapshot.pods.items():
+        node_name = snapshot.placement.get(uid)
+        counted = snapshot.holds_node(pod) or (planned and uid in snapshot.reserved)
+        if not node_name or pod.terminal or not counted or node_name not in view.index:
+            continue
+        if within is not None and not within[view.index[node_name]]:
+            continue
+        started = pod.started or snapshot.bound_at.get(uid)
+        if started is None:
+            started, timeless = 5000.0, False
+        running.append((expected_end(pod, started, 1800.0), pod))
+    running.sort(key=lambda r: r[0])
+    return Ending([e for e, _ in running], releases(snapshot, (p for _, p in running)), timeless)
 
 
 def _both(snapshot: Snapshot, memo: EndingMemo, **kwargs: object) -> tuple[Ending, Ending]:
@@ -48,6 +67,10 @@ def test_kept_entries_give_the_same_order_and_releases(seed: int) -> None:
         for kwargs in ({}, {"planned_start_now": True}, {"within": within}):
             kept, fresh = _both(snapshot, memo, **kwargs)
             assert _same(kept, fresh), (step, kwargs)
+            first = _reference(
+                snapshot, kwargs.get("within"), bool(kwargs.get("planned_start_now"))
+            )  # type: ignore[arg-type]
+            assert _same(fresh, first), (step, kwargs)
             compared += len(fresh.ends)
     assert compared > 1000 and memo.entries
 
