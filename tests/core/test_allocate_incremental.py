@@ -94,3 +94,39 @@ def test_same_placements_as_judging_every_row(seed: int, strategy: str) -> None:
     assert got.placed == want.placed
     assert got.devices == want.devices
     assert [p.uid for p in got.unplaced] == [p.uid for p in want.unplaced]
+
+
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("narrowed", [False, True])
+def test_alike_members_fill_rows_as_one_by_one(seed: int, narrowed: bool) -> None:
+    """Members all alike under a packing scorer fill the best rows at once (``_fill_alike``):
+    the same nodes and devices as judging every row for every member, also inside one domain
+    (one ``allowed`` mask for all), on partly used nodes, and short of room."""
+    rng = random.Random(1000 + seed)
+    cache = ClusterCache()
+    cache.upsert_nodes(
+        node(f"n{i}", gpus=rng.choice([0, 4, 8, 8]), cpu=str(rng.choice([8, 16, 64])),
+             labels={"pool": rng.choice("ab")})
+        for i in range(rng.randint(2, 40))
+    )  # fmt: skip
+    names = [n.name for n in cache.view().nodes]
+    cache.upsert_pods(
+        pod(gpu=rng.randint(0, 3), cpu=rng.choice(["1", "4"]), node=rng.choice(names))
+        for _ in range(rng.randint(0, 40))
+    )
+    view = cache.view()
+    kind = {"gpu": rng.choice([0, 1, 1, 2, 4]), "cpu": rng.choice(["1", "4", "8"])}
+    selector = {"pool": "a"} if rng.random() < 0.2 else None
+    members = [
+        pod(f"m{i}", node_selector=selector, **kind)  # type: ignore[arg-type]
+        for i in range(rng.randint(1, 30))
+    ]
+    allowed = None
+    if narrowed:
+        mask = np.array([rng.random() < 0.5 for _ in view.nodes])
+        allowed = dict.fromkeys((m.uid for m in members), mask)
+    got = allocate(view, members, strategy="binpack", allowed=allowed)
+    want = reference(view, members, "binpack", allowed)
+    assert got.placed == want.placed
+    assert got.devices == want.devices
+    assert [p.uid for p in got.unplaced] == [p.uid for p in want.unplaced]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,6 +22,7 @@ from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
 from app.core.state.cache import NodeView, shortfall, vector
+from app.core.state.nodetable import NodeTable
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
 _LOCALITY = 0.5
@@ -48,18 +49,58 @@ def allocate(
     *,
     strategy: str = "binpack",
     allowed: Mapping[str, np.ndarray] | None = None,
+    within: np.ndarray | None = None,
 ) -> Allocation:
     """Place ``members`` together on ``view``; ``allowed[uid]`` may narrow a member's nodes.
+
+    ``within`` (ascending rows): only those nodes are considered at all. The answer is the
+    one narrowing every member to them with ``allowed`` gives, at the cost of those rows alone.
+    Members all narrowed by one ``allowed`` mask (a gang placed inside one topology domain)
+    take that path by themselves.
 
     Members alike (same requests, GPU ask, node constraints and ``allowed`` rows) share one
     list of candidate rows with their fit and score, computed once; after each placement only
     the row that changed is judged again (a row's score depends on that row alone).
     """
+    if within is None and allowed is not None and members:
+        shared = allowed.get(members[0].uid)
+        if shared is not None and all(allowed.get(p.uid) is shared for p in members):
+            within, allowed = np.flatnonzero(shared), None
+    if within is not None:
+        sub = _subset(view, within)
+        narrowed = None if allowed is None else {u: m[within] for u, m in allowed.items()}
+        return _allocate(sub, members, strategy, narrowed, lambda p: eligible(view, p)[within])
+    return _allocate(view, members, strategy, allowed, lambda p: eligible(view, p))
+
+
+def _subset(view: NodeView, rows: np.ndarray) -> NodeView:
+    """``view`` restricted to ``rows`` (in that order), as a view of its own."""
+    nodes = [view.nodes[i] for i in rows.tolist()]
+    table = NodeTable(
+        nodes, {n.name: i for i, n in enumerate(nodes)}, view.allocatable[rows], view.special[rows]
+    )
+    return NodeView(view.generation, table, view.used[rows], view.gpu_free[rows])
+
+
+def _allocate(
+    view: NodeView,
+    members: Sequence[Pod],
+    strategy: str,
+    allowed: Mapping[str, np.ndarray] | None,
+    mask_of: Callable[[Pod], np.ndarray],
+) -> Allocation:
     result = Allocation()
     if not len(view.nodes):
         result.unplaced = list(members)
         return result
     policy = scorer(strategy)
+    ordered = sorted(members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory))
+    if policy.packs and _alike(ordered, allowed):
+        alone = mask_of(ordered[0])
+        within = allowed.get(ordered[0].uid) if allowed is not None else None
+        return _fill(
+            view, ordered, policy, np.flatnonzero(alone if within is None else alone & within)
+        )
     used = view.used.copy()
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)
@@ -67,9 +108,7 @@ def allocate(
     masks: dict[Constraint, np.ndarray] = {}
     candidates: dict[tuple[object, ...], _Candidates] = {}
     touched: list[int] = []  # rows placed on, in order (what cached candidates may lack)
-    for pod in sorted(
-        members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory)
-    ):
+    for pod in ordered:
         ask = GpuAsk.of(pod)
         narrowed = allowed.get(pod.uid) if allowed is not None else None
         key = (constraint_of(pod), pod.requests, ask, id(narrowed))
@@ -78,7 +117,7 @@ def allocate(
             signature = constraint_of(pod)
             mask = masks.get(signature)
             if mask is None:
-                mask = masks[signature] = eligible(view, pod)
+                mask = masks[signature] = mask_of(pod)
             rows = np.flatnonzero(mask if narrowed is None else mask & narrowed)
             found = candidates[key] = _Candidates(rows, pod.requests, ask, len(touched))
             found.judge(working, gpu_free, chosen, policy, np.arange(len(rows)))
@@ -105,6 +144,81 @@ def allocate(
         else:
             found.catch_up(working, gpu_free, chosen, policy, touched)
         result.placed[pod.uid] = view.nodes[row].name
+    return result
+
+
+def _alike(ordered: Sequence[Pod], allowed: Mapping[str, np.ndarray] | None) -> bool:
+    """Whether ``ordered`` (not empty) are all alike — one requests, GPU ask, constraint and
+    ``allowed`` mask — with whole GPUs or none (what ``_fill`` places)."""
+    first = ordered[0]
+    ask = GpuAsk.of(first)
+    if ask.shared:
+        return False
+    requests, constraint = first.requests, constraint_of(first)
+    narrowed = allowed.get(first.uid) if allowed is not None else None
+    return all(
+        pod.requests == requests
+        and (allowed is None or allowed.get(pod.uid) is narrowed)
+        and constraint_of(pod) == constraint
+        and GpuAsk.of(pod) == ask
+        for pod in ordered[1:]
+    )
+
+
+def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarray) -> Allocation:
+    """``_allocate`` for members all alike (``_alike``) on candidate ``rows``, under a
+    packing scorer.
+
+    Member by member, the pick is the best-scoring fitting row (first of equals); a placement
+    only raises that row's score, so the next member goes there again while it fits, and
+    once it no longer fits (usage only grows) the pick is the next row in the starting order.
+    So each row of that order, best first, takes as many members as fit on it at once:
+    ``min(free // request)`` over the resources asked, and ``idle devices // count``. The
+    devices are then chosen member by member, as ``_allocate`` does.
+    """
+    first = ordered[0]
+    ask, requests = GpuAsk.of(first), first.requests
+    result = Allocation()
+    if len(rows):
+        need = vector(requests)
+        free = view.allocatable[rows] - view.used[rows]
+        ok = (free >= need).all(axis=1)
+        if ask.count:
+            idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
+            ok &= idle >= ask.count
+        scores = policy.score(view, rows, requests)
+        at = np.flatnonzero(ok)
+        at = at[np.argsort(-scores[at], kind="stable")]  # best first, first of equals first
+        positive = need > 0
+        room = (
+            (free[at][:, positive] // need[positive]).min(axis=1)
+            if positive.any()
+            else np.full(len(at), len(ordered), dtype=np.int64)
+        )
+        if ask.count:
+            room = np.minimum(room, idle[at] // ask.count)
+        taking = np.minimum(room, len(ordered))
+        ends = np.cumsum(taking)
+        stop = int(np.searchsorted(ends, len(ordered)))  # the last row used
+        start = 0
+        for row, count in zip(
+            rows[at[: stop + 1]].tolist(), taking[: stop + 1].tolist(), strict=True
+        ):
+            node = view.nodes[row]
+            count = min(count, len(ordered) - start)
+            if ask.count:
+                devices = view.gpu_free[row, : device_count(node)].copy()
+            for pod in ordered[start : start + count]:
+                if ask.count:
+                    chosen = default_choice(node, devices.tolist(), ask)
+                    assert chosen is not None  # the room said so
+                    take(devices, ask, chosen)
+                    result.devices[pod.uid] = chosen
+                result.placed[pod.uid] = node.name
+            start += count
+        result.unplaced = list(ordered[start:])
+    else:
+        result.unplaced = list(ordered)
     return result
 
 

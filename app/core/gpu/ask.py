@@ -103,7 +103,21 @@ class GpuAsk:
     @classmethod
     def of(cls, pod: Pod) -> GpuAsk:
         """The ask of a pod: a share of one GPU if it has ``gpu_fraction``, else its whole
-        ``nvidia.com/gpu`` request; models from ``gpu_models`` (GPU pods only)."""
+        ``nvidia.com/gpu`` request; models from ``gpu_models`` (GPU pods only).
+
+        Remembered per pod object (pods are immutable; a cycle asks for each member several
+        times: placing it, reserving it, committing it)."""
+        hit = _ASKS.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        ask = cls._of(pod)
+        if len(_ASKS) >= _MAX_ASKS:
+            _ASKS.clear()
+        _ASKS[id(pod)] = (pod, ask)  # the pod kept alive with it: its id is not reused
+        return ask
+
+    @classmethod
+    def _of(cls, pod: Pod) -> GpuAsk:
         if pod.gpu_fraction:
             return cls(1, pod.gpu_fraction, gpu_models(pod))
         whole = pod.requests.gpu // MILLI
@@ -141,6 +155,10 @@ class GpuAsk:
 
 
 NO_GPU = GpuAsk()
+
+#: ``GpuAsk.of`` answers by ``id(pod)``, with the pod; at most ``_MAX_ASKS`` of them.
+_ASKS: dict[int, tuple[Pod, GpuAsk]] = {}
+_MAX_ASKS = 16384
 
 
 @dataclass(frozen=True, slots=True)

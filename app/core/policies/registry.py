@@ -6,6 +6,8 @@ listed (the first reason found is the one reported); a strategy name picks the s
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -15,7 +17,7 @@ from app.core.model.values import Pod, SelectorTerm, Toleration
 from app.core.policies import binpack, nodeaffinity, nodeunschedulable, spread, taints
 from app.core.policies.interfaces import LabelFilter, NodeFilter, Scorer
 from app.core.state.cache import NodeView
-from app.core.state.nodetable import is_none
+from app.core.state.nodetable import NodeTable, is_none
 
 #: Usage-independent per-node filters, judged once per taint group.
 NODE_FILTERS: tuple[NodeFilter, ...] = (nodeunschedulable.POLICY, taints.POLICY)
@@ -64,12 +66,36 @@ def check_reasons(view: NodeView, pod: Pod, rows: np.ndarray) -> np.ndarray | No
 
 
 def eligible(view: NodeView, pod: Pod) -> np.ndarray:
-    """Per node: do the usage-independent filters let ``pod`` in?
+    """Per node: do the usage-independent filters let ``pod`` in? (read-only)
 
-    Independent of usage, so a planner can compute it once per member and reuse it.
+    Independent of usage: it depends on the node set and the pod's ``constraint_of`` alone,
+    so it is remembered per node table and constraint (a cycle asks for gang after gang of
+    alike members).
     """
+    table = view.table
+    key = constraint_of(pod)
+    with _masks_lock:
+        known = _masks.get(table)
+        found = known.get(key) if known is not None else None
+    if found is not None:
+        return found
     reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
-    return np.ones(len(view.nodes), dtype=bool) if reasons is None else is_none(reasons)
+    found = np.ones(len(view.nodes), dtype=bool) if reasons is None else is_none(reasons)
+    found.setflags(write=False)
+    with _masks_lock:
+        known = _masks.setdefault(table, {})
+        if len(known) >= _MAX_MASKS:
+            known.clear()
+        known[key] = found
+    return found
+
+
+#: ``eligible`` masks kept per node table (beyond this many constraints, start afresh).
+_MAX_MASKS = 256
+_masks: weakref.WeakKeyDictionary[NodeTable, dict[Constraint, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+_masks_lock = threading.Lock()
 
 
 #: What decides which nodes a pod may use regardless of usage: its node selector,
