@@ -113,7 +113,8 @@ class DemandMemo:
         key = (view.table, tree, tuple(kinds.items()))
         last = self._demand
         if last is not None and key == self._key and self._used.shape == view.used.shape:
-            changed = np.flatnonzero((view.used != self._used).any(axis=1))
+            # Rows of the differing cells (quicker than ``any(axis=1)`` over few columns).
+            changed = np.unique(np.flatnonzero(view.used != self._used) // view.used.shape[1])
             if len(changed) <= self.REBUILD * len(view.nodes):
                 if len(changed):
                     fresh = _columns(view, masks, kinds, changed)

@@ -691,10 +691,12 @@ class Planner:
             self._scheduler_name,
         )
         by_queue: dict[str, list[Gang]] = {}
+        queues: dict[str, str] = {}  # gang -> its queue, for the elastic pass below
         for gang in gangs.values():
             if gang.running or gang.key in session.plans:
                 continue
-            by_queue.setdefault(self._queue_of(gang, config), []).append(gang)
+            queues[gang.key] = queue = self._queue_of(gang, config)
+            by_queue.setdefault(queue, []).append(gang)
         for line in by_queue.values():
             line.sort(key=self._order.key)
         planned: list[tuple[str, str]] = []
@@ -720,7 +722,7 @@ class Planner:
                 session,
                 gang,
                 usage=usage,
-                queue=self._queue_of(gang, config),
+                queue=queues.get(gang.key) or self._queue_of(gang, config),
                 now=now,
                 expires=now + (gang.timeout or self._plan_ttl),
                 strategy=self._strategy,

@@ -109,23 +109,39 @@ class Session:
         """
         self._check_open()
         pods, placement = self.snapshot.pods, self.snapshot.placement
+        index, nodes = self._base_free.index, self._base_free.nodes
+        # Per row: the summed requests and the row's devices (added and sliced once per row).
+        rows: dict[int, tuple[Resources, np.ndarray | None]] = {}
         for uid, node in placements.items():
             pod = pods[uid]
-            if self.snapshot.holds_node(pod):
-                continue
+            if pod.node_name or uid in self.snapshot.assumed:
+                continue  # it holds its node
             if uid in self._reserved or (uid in placement and uid not in self._released):
                 if self._node_of(uid) == node:
                     continue
                 self._take_back(uid)
-            used, gpu_free = self._writable()
-            row = self._base_free.index[node]
-            used[row] += vector(pod.requests)
+            row = index[node]
+            found = rows.get(row)
             chosen = devices.get(uid, ())
+            if found is None:
+                free = None
+                if chosen:
+                    free = self._writable()[1][row, : device_count(nodes[row])]
+                rows[row] = (pod.requests, free)
+            else:
+                free = found[1]
+                if chosen and free is None:
+                    free = self._writable()[1][row, : device_count(nodes[row])]
+                rows[row] = (found[0] + pod.requests, free)
             if chosen:
-                count = device_count(self._base_free.nodes[row])
-                take(gpu_free[row, :count], GpuAsk.of(pod), chosen, reported=force)
+                assert free is not None
+                take(free, GpuAsk.of(pod), chosen, reported=force)
             self._reserved[uid] = (node, tuple(chosen))
             self._released.discard(uid)
+        if rows:
+            used = self._writable()[0]
+            for row, (amount, _) in rows.items():
+                used[row] += vector(amount)
         self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
         self._changed()
 

@@ -6,6 +6,7 @@ replaces them whole when the API (or a call) says something new about them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -41,10 +42,10 @@ class Resources(NamedTuple):
     def __add__(self, other: object) -> Resources:
         if not isinstance(other, Resources):
             return NotImplemented
-        return Resources(*(a + b for a, b in zip(self, other, strict=True)))
+        return tuple.__new__(Resources, map(operator.add, self, other))
 
     def __sub__(self, other: Resources) -> Resources:
-        return Resources(*(a - b for a, b in zip(self, other, strict=True)))
+        return tuple.__new__(Resources, map(operator.sub, self, other))
 
     def max(self, other: Resources) -> Resources:
         """Element-wise maximum."""

@@ -6,8 +6,6 @@ listed (the first reason found is the one reported); a strategy name picks the s
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -17,7 +15,7 @@ from app.core.model.values import Pod, SelectorTerm, Toleration
 from app.core.policies import binpack, nodeaffinity, nodeunschedulable, spread, taints
 from app.core.policies.interfaces import LabelFilter, NodeFilter, Scorer
 from app.core.state.cache import NodeView
-from app.core.state.nodetable import NodeTable, is_none
+from app.core.state.nodetable import is_none
 
 #: Usage-independent per-node filters, judged once per taint group.
 NODE_FILTERS: tuple[NodeFilter, ...] = (nodeunschedulable.POLICY, taints.POLICY)
@@ -72,30 +70,14 @@ def eligible(view: NodeView, pod: Pod) -> np.ndarray:
     so it is remembered per node table and constraint (a cycle asks for gang after gang of
     alike members).
     """
-    table = view.table
-    key = constraint_of(pod)
-    with _masks_lock:
-        known = _masks.get(table)
-        found = known.get(key) if known is not None else None
-    if found is not None:
-        return found
+    return view.table.derived(("eligible", constraint_of(pod)), lambda: _eligible(view, pod))
+
+
+def _eligible(view: NodeView, pod: Pod) -> np.ndarray:
     reasons = check_reasons(view, pod, np.arange(len(view.nodes)))
     found = np.ones(len(view.nodes), dtype=bool) if reasons is None else is_none(reasons)
     found.setflags(write=False)
-    with _masks_lock:
-        known = _masks.setdefault(table, {})
-        if len(known) >= _MAX_MASKS:
-            known.clear()
-        known[key] = found
     return found
-
-
-#: ``eligible`` masks kept per node table (beyond this many constraints, start afresh).
-_MAX_MASKS = 256
-_masks: weakref.WeakKeyDictionary[NodeTable, dict[Constraint, np.ndarray]] = (
-    weakref.WeakKeyDictionary()
-)
-_masks_lock = threading.Lock()
 
 
 #: What decides which nodes a pod may use regardless of usage: its node selector,

@@ -788,8 +788,9 @@ class ClusterCache:
 
     def _reserve(self, op: Reserve) -> Status:
         placements, force = op.placements, op.force
-        needed: dict[int, np.ndarray] = {}
-        todo: list[tuple[str, str, int]] = []
+        # Per node row: its pods to reserve and their summed requests (Python sums: a gang
+        # has a handful of pods per node, fewer than numpy calls would cost).
+        needed: dict[int, tuple[Resources, list[Pod]]] = {}
         for uid, node in placements.items():
             pod = self._pods.get(uid)
             if pod is None:
@@ -799,29 +800,63 @@ class ClusterCache:
             i = self._index.get(node)
             if i is None:
                 return Status.unresolvable(f"node {node} is gone")
-            needed[i] = needed.get(i, np.zeros(_R, np.int64)) + vector(pod.requests)
-            todo.append((uid, node, i))
-        for i, need in needed.items():
+            found = needed.get(i)
+            if found is None:
+                needed[i] = (pod.requests, [pod])
+            else:
+                found[1].append(pod)
+                needed[i] = (found[0] + pod.requests, found[1])
+        for i, (need, pods) in needed.items():
             if force:
                 break
             free = self._alloc[i] - self._used[i]
             node = self._nodes[i].name
-            if (need > free).any():
-                why = shortfall(Resources(*need), free)
+            if (vector(need) > free).any():
+                why = shortfall(need, free)
                 return Status.unschedulable(f"node {node} no longer has room: {why}")
-            pods = [self._pods[u] for u, _, j in todo if j == i]
             fit = self._devices.check_all(node, pods, op.devices)
             if not fit.ok:
                 return fit.prefixed(f"node {node} no longer has room: ")
-        for uid, node, _ in todo:
-            if uid in self._reserved:
-                self._unreserve(uid)
-            pod = self._pods[uid]
-            self._reserved[uid] = node
-            self._move(uid, pod.requests, pod.requests, node, op.devices.get(uid))
-        if todo:
+        for i, (need, pods) in needed.items():
+            self._reserve_on(i, need, pods, op.devices)
+        if needed:
             self._bump()
         return SUCCESS
+
+    def _reserve_on(
+        self,
+        i: int,
+        need: Resources,
+        pods: list[Pod],
+        devices: Mapping[str, tuple[int, ...]],
+    ) -> None:
+        """Reserve ``pods`` (checked to fit) on node row ``i``; ``need``: their summed
+        requests. ``_move`` for each, with the node's and queues' sums added once."""
+        node = self._nodes[i].name
+        placed = Resources()
+        by_queue: dict[QueueKey, Resources] = {}
+        for pod in pods:
+            uid = pod.uid
+            if uid in self._reserved:
+                self._unreserve(uid)
+            self._reserved[uid] = node
+            if uid in self._placement or self._devices.held(uid) is not None:
+                self._move(uid, pod.requests, pod.requests, node, devices.get(uid))
+                continue
+            self._placement[uid] = node
+            self._devices.place(uid, node, pod, devices.get(uid))
+            placed = placed + pod.requests
+            key = self._queue_key.get(uid)
+            if key is not None:
+                by_queue[key] = by_queue.get(key, Resources()) + pod.requests
+                self._queue_applied[uid] = key
+        if any(placed):
+            self._used[i] += vector(placed)
+        for key, amount in by_queue.items():
+            held = self._queue_used.get(key)
+            self._queue_used[key] = (held if held is not None else np.zeros(_R, np.int64)) + vector(
+                amount
+            )
 
     def unreserve(self, uids: Iterable[str]) -> None:
         """Release plan reservations (pods already bound or binding keep their node)."""

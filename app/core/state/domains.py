@@ -26,8 +26,6 @@ the same object until nodes change).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -175,22 +173,10 @@ def build(table: NodeTable, keys: Sequence[str]) -> Tree:
     return Tree(keys, [n.name for n in table.nodes], [table.column(k) for k in keys])
 
 
-_trees: weakref.WeakKeyDictionary[NodeTable, dict[tuple[str, ...], Tree]] = (
-    weakref.WeakKeyDictionary()
-)
-_trees_lock = threading.Lock()
-
-
 def tree_for(table: NodeTable, keys: Sequence[str]) -> Tree:
     """``build(table, keys)``, remembered for as long as ``table`` lives."""
     keys = tuple(keys)
-    with _trees_lock:
-        tree = _trees.get(table, {}).get(keys)
-    if tree is None:
-        tree = build(table, keys)
-        with _trees_lock:
-            _trees.setdefault(table, {})[keys] = tree
-    return tree
+    return table.derived(("tree", keys), lambda: build(table, keys))
 
 
 # -- what a gang asks for ----------------------------------------------------------------

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Hashable
 from functools import cached_property
 from itertools import repeat
+from typing import TypeVar, cast
 
 import numpy as np
 
 from app.core.model.values import Node, Taint
 
 _NONE = np.array(None, dtype=object)
+T = TypeVar("T")
+
+
+_MISSING = object()
 
 
 def is_none(values: np.ndarray) -> np.ndarray:
@@ -39,6 +45,22 @@ class NodeTable:
         self._lock = threading.Lock()
         self._columns: dict[str, np.ndarray] = {}
         self._last_rows: tuple[list[str], np.ndarray] | None = None
+        self._derived: dict[Hashable, object] = {}
+
+    #: At most this many ``derived`` values are kept (then they are made afresh).
+    MAX_DERIVED = 256
+
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
+        """The value of ``key`` derived from this node set alone (a topology tree, a filter
+        mask), made by ``make()`` the first time it is asked for; ``key`` says what it is."""
+        found = self._derived.get(key, _MISSING)
+        if found is _MISSING:
+            found = make()
+            with self._lock:
+                if len(self._derived) >= self.MAX_DERIVED:
+                    self._derived.clear()
+                self._derived[key] = found
+        return cast(T, found)
 
     @cached_property
     def check_groups(self) -> tuple[np.ndarray, list[Node | None]]:
