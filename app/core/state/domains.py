@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
 from app.core.model import labels
 from app.core.model.values import Pod
-from app.core.state.nodetable import NodeTable
+from app.core.state.nodetable import NodeTable, is_none
 
 #: The default levels, broadest first.
 DEFAULT_KEYS: tuple[str, ...] = (
@@ -75,6 +76,47 @@ class Domain:
         return "*"
 
 
+class Level(Sequence[Domain]):
+    """The domains of one level, by index; each ``Domain`` is made when first asked for (a
+    hostname level holds one per node, and a cycle looks at few of them)."""
+
+    def __init__(
+        self,
+        level: int,
+        values: Sequence[str | None],
+        order: np.ndarray,
+        starts: np.ndarray,
+        parents: np.ndarray,
+    ) -> None:
+        self._level = level
+        self._values = values
+        self._order = order  # rows by domain
+        self._bounds = np.r_[starts, len(order)].tolist()
+        self._parents = parents.tolist()
+        self._made: dict[int, Domain] = {}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> Domain: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Domain]: ...
+    def __getitem__(self, index: int | slice) -> Domain | Sequence[Domain]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"no domain {index} at level {self._level}")
+        found = self._made.get(index)
+        if found is None:
+            rows = self._order[self._bounds[index] : self._bounds[index + 1]]
+            found = Domain(self._level, index, self._values[index], rows, int(self._parents[index]))
+            self._made[index] = found
+        return found
+
+
 class Tree:
     """The domains of one node set under ``keys``. Immutable once built."""
 
@@ -87,7 +129,7 @@ class Tree:
         rows = len(self.node_names)
         #: ``ids[level, row]``: the index of the row's domain at that level.
         self.ids = np.zeros((len(self.keys), rows), dtype=np.int64)
-        domains: list[tuple[Domain, ...]] = []
+        domains: list[Level] = []
         #: per level: rows sorted by domain, and where each domain's run starts (for sums)
         self._order: list[np.ndarray] = []
         self._starts: list[np.ndarray] = []
@@ -100,28 +142,15 @@ class Tree:
             if all(v is None for v in column):
                 ids, values = parent.copy(), [None] * (int(parent.max()) + 1 if rows else 0)
             else:
-                seen: dict[tuple[int, object], int] = {}
-                ids = np.empty(rows, dtype=np.int64)
-                values = []
-                for row, (up, value) in enumerate(zip(parent.tolist(), column, strict=True)):
-                    key = (up, str(value)) if value is not None else (-1 - row, None)
-                    index = seen.get(key)
-                    if index is None:
-                        index = seen[key] = len(values)
-                        values.append(None if value is None else str(value))
-                    ids[row] = index
-            order = np.argsort(ids, kind="stable")
+                ids, values = _domain_ids(parent, column)
+            order = np.argsort(ids, kind="stable")  # each domain's rows stay ascending
             starts = np.flatnonzero(np.r_[True, np.diff(ids[order]) != 0]) if rows else order
-            members = np.split(order, starts[1:]) if rows else []
-            ups = parent[order[starts]] if rows else order
-            domains.append(tuple(
-                Domain(level, i, values[i], np.sort(m), int(ups[i]) if level else -1)
-                for i, m in enumerate(members)
-            ))  # fmt: skip
+            ups = parent[order[starts]] if rows and level else np.full(len(starts), -1)
+            domains.append(Level(level, values, order, starts, ups))
             self.ids[level] = ids
             self._order.append(order)
             self._starts.append(starts)
-            self.sizes.append(np.array([len(m) for m in members], dtype=np.int64))
+            self.sizes.append(np.diff(np.r_[starts, rows]).astype(np.int64))
             parent = ids
         self.domains = tuple(domains)
 
@@ -138,7 +167,7 @@ class Tree:
             return self.names.index(name)
         return None
 
-    def domains_at(self, level: int) -> tuple[Domain, ...]:
+    def domains_at(self, level: int) -> Level:
         """Every domain at ``level``."""
         return self.domains[level]
 
@@ -166,6 +195,29 @@ class Tree:
         if not len(self.node_names):
             return values[:0]
         return np.add.reduceat(values[self._order[level]], self._starts[level], axis=0)
+
+
+def _domain_ids(parent: np.ndarray, column: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+    """Per row, its domain's index at a level whose label values are ``column`` (object
+    array, ``None`` where absent) under domains ``parent`` of the level above; and each
+    domain's value. Rows sharing a parent and a value share a domain; a row without the label
+    is alone. Domains are numbered in the order their first row comes."""
+    rows = len(column)
+    present = np.flatnonzero(~is_none(column))
+    key = -1 - np.arange(rows, dtype=np.int64)  # alone, unless it has the label
+    if len(present):
+        text = np.array([str(v) for v in column[present]], dtype=object)
+        names, code = np.unique(text, return_inverse=True)
+        key[present] = parent[present] * len(names) + code.reshape(-1)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    number = np.empty(len(first), dtype=np.int64)
+    number[by_first] = np.arange(len(first))
+    ids = number[inverse.reshape(-1)]
+    values: list[str | None] = [
+        None if column[r] is None else str(column[r]) for r in first[by_first].tolist()
+    ]
+    return ids, values
 
 
 def build(table: NodeTable, keys: Sequence[str]) -> Tree:
