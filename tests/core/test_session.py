@@ -234,6 +234,26 @@ def test_commit_in_slices_gives_the_same_result_and_says_whether_anything_else_c
     assert not cache.apply(session.statement, slice_seconds=0.0).clean
 
 
+def test_a_member_of_a_gang_short_of_members_runs_no_cycle() -> None:
+    """No cycle could plan a gang with fewer members than its minimum: its members' filter
+    says so without running one (the member that completes the gang plans it)."""
+    a, b, c = member("g", 0, minimum=3), member("g", 1, minimum=3), member("g", 2, minimum=3)
+    cache = cache_with(a)
+    planner = Planner(cache)
+    told = planner.verdict(a)
+    assert (told.node, told.reason) == ("", "gang default/g: waiting for members: 1 of 3 exist")
+    cache.upsert_pod(b)
+    assert "2 of 3 exist" in planner.verdict(b).reason
+    assert planner.cycles == 0
+    cache.upsert_pod(c)
+    assert planner.verdict(c).node == "n0" and planner.cycles == 1
+    # Members that disagree on the minimum: a cycle says what is wrong.
+    d, e = member("h", 0, minimum=3), member("h", 1, minimum=1)
+    cache.upsert_pods([d, e])
+    told = planner.verdict(d)
+    assert planner.cycles == 2 and "min-member" in told.reason
+
+
 def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -> None:
     import threading
 

@@ -198,6 +198,9 @@ class Planner:
         if (plan is None or pod.uid not in plan.members) and (
             not self.driven or self._news_of(spec.key)
         ):
+            short = self._short_of_members(spec.key, spec.min_member)
+            if short:
+                return Verdict(spec.key, "", f"gang {spec.key}: {short}")
             if self._leads is not None and not self._leads():
                 return Verdict(spec.key, "", f"gang {spec.key}: {NOT_LEADING}")
             with self._held(False) as held:
@@ -213,6 +216,21 @@ class Planner:
             return Verdict(spec.key, plan.members[pod.uid])
         reason = self._reasons.get(spec.key) or "waiting for the planner"
         return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+
+    def _short_of_members(self, gang: str, minimum: int | None) -> str:
+        """``"waiting for members: 3 of 8 exist"`` when ``gang`` has fewer members than the
+        ``minimum`` all of them state (``""`` otherwise): no cycle could plan it now, so
+        filter does not run one for it (the member that completes it does)."""
+        if not minimum:
+            return ""
+        members = self._cache.gang_members_of(gang)
+        if len(members) >= minimum:
+            return ""
+        for member in members:
+            spec = gang_spec(member)
+            if spec is None or spec.min_member != minimum or spec.problem or spec.notes:
+                return ""  # a cycle says what is wrong with the gang
+        return f"waiting for members: {len(members)} of {minimum} exist"
 
     def _news_of(self, gang: str) -> bool:
         """Whether ``gang`` gained or lost members since the last cycle looked at it.
