@@ -66,11 +66,25 @@ def allocate(
         shared = allowed.get(members[0].uid)
         if shared is not None and all(allowed.get(p.uid) is shared for p in members):
             within, allowed = np.flatnonzero(shared), None
+    policy = scorer(strategy)
+    ordered = _ordered(members)
+    if ordered and policy.packs and _alike(ordered, allowed):
+        fits = eligible(view, ordered[0])
+        mask = allowed.get(ordered[0].uid) if allowed is not None else None
+        if mask is not None:
+            fits = fits & mask
+        rows = np.flatnonzero(fits) if within is None else within[fits[within]]
+        return _fill(view, ordered, policy, rows)
     if within is not None:
         sub = _subset(view, within)
         narrowed = None if allowed is None else {u: m[within] for u, m in allowed.items()}
         return _allocate(sub, members, strategy, narrowed, lambda p: eligible(view, p)[within])
     return _allocate(view, members, strategy, allowed, lambda p: eligible(view, p))
+
+
+def _ordered(members: Sequence[Pod]) -> list[Pod]:
+    """Members in the order they are placed: largest first (GPU, then cpu, then memory)."""
+    return sorted(members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory))
 
 
 def _subset(view: NodeView, rows: np.ndarray) -> NodeView:
@@ -94,13 +108,7 @@ def _allocate(
         result.unplaced = list(members)
         return result
     policy = scorer(strategy)
-    ordered = sorted(members, key=lambda p: (-p.requests.gpu, -p.requests.cpu, -p.requests.memory))
-    if policy.packs and _alike(ordered, allowed):
-        alone = mask_of(ordered[0])
-        within = allowed.get(ordered[0].uid) if allowed is not None else None
-        return _fill(
-            view, ordered, policy, np.flatnonzero(alone if within is None else alone & within)
-        )
+    ordered = _ordered(members)
     used = view.used.copy()
     working = replace(view, used=used)
     chosen = np.zeros(len(view.nodes), dtype=bool)

@@ -251,6 +251,13 @@ def take(free: np.ndarray, ask: GpuAsk, devices: Sequence[int], *, reported: boo
     ``reported``: record it even without room (what the API reports, e.g. a pod bound by
     another scheduler); the devices must still be ``count`` distinct existing ones.
     """
+    if not reported and len(devices) == 1 == ask.count:  # the usual case, checked plainly
+        d = devices[0]
+        if 0 <= d < len(free):
+            have = int(free[d])
+            if (have >= ask.milli) if ask.milli < MILLI else (have == MILLI):
+                free[d] = have - ask.milli
+                return
     why = _misnamed(free, ask, devices) if reported else refusal(free, ask, devices)
     if why is not None:
         raise GpuOvercommit(why)
