@@ -131,6 +131,33 @@ def test_full_cluster_is_left_to_placement_not_called_quota() -> None:
     assert admit(usage_of(config, {"default": 64}), "default", gpus(8)).ok
 
 
+@pytest.mark.parametrize(
+    ("config", "held", "demand"),
+    [
+        ("queues: [{name: default}]", {"default": 64}, 8),
+        ("queues: [{name: default}, {name: b}]", {"default": 70, "b": 3}, 64),  # over already
+        ("queues: [{name: default}, {name: b, parent: default}]", {"b": 10}, 100),
+    ],
+)
+def test_queues_without_limits_or_guarantees_admit_anything(
+    config: str, held: dict[str, float], demand: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick answer for such a configuration is the one the full check gives."""
+    from app.core.policies import proportion
+
+    usage = usage_of(config, held)
+    queue = next(iter(held))
+    assert admit(usage, queue, gpus(demand)).ok
+    monkeypatch.setattr(proportion, "_admits_all", lambda config: False)
+    assert admit(usage, queue, gpus(demand)).ok
+
+
+def test_a_queue_that_does_not_borrow_is_no_open_queue() -> None:
+    config = "queues: [{name: a, borrowing: false}, {name: default}]"
+    assert not admit(usage_of(config, {}), "a", gpus(1)).ok
+    assert admit(usage_of(config, {}), "default", gpus(1)).ok
+
+
 def test_drf_orders_by_weighted_dominant_share_top_down() -> None:
     usage = usage_of(TREE, {"research": 16, "prod": 8, "default": 4})
     assert dominant_share(usage, "research") == pytest.approx(16 / 64 / 2)

@@ -17,7 +17,7 @@ import numpy as np
 
 from app.core.gpu.ask import MILLI, GpuAsk, fits_mask, take
 from app.core.gpu.ask import fits as gpu_fits
-from app.core.gpu.ledger import default_choice, device_count
+from app.core.gpu.ledger import default_choice, default_choices, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
@@ -214,15 +214,15 @@ def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarr
         ):
             node = view.nodes[row]
             count = min(count, len(ordered) - start)
+            pods = ordered[start : start + count]
             if ask.count:
                 devices = view.gpu_free[row, : device_count(node)].copy()
-            for pod in ordered[start : start + count]:
-                if ask.count:
-                    chosen = default_choice(node, devices.tolist(), ask)
-                    assert chosen is not None  # the room said so
-                    take(devices, ask, chosen)
+                turns = default_choices(node, devices.tolist(), ask, count)
+                assert turns is not None  # the room said so
+                for pod, chosen in zip(pods, turns, strict=True):
+                    take(devices, ask, chosen)  # checks it, as one by one
                     result.devices[pod.uid] = chosen
-                result.placed[pod.uid] = node.name
+            result.placed.update(dict.fromkeys((p.uid for p in pods), node.name))
             start += count
         result.unplaced = list(ordered[start:])
     else:

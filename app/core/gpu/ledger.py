@@ -24,13 +24,14 @@ by another scheduler): such a device shows less than nothing free and takes no m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from app.core.gpu.ask import MILLI, NO_GPU, GpuAsk, GpuOvercommit, give, take
-from app.core.gpu.links import choose, topology_of
+from app.core.gpu.links import GpuTopology, choose, topology_of
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Node, Pod
 
@@ -57,6 +58,31 @@ def default_choice(node: Node, free: Sequence[int], ask: GpuAsk) -> tuple[int, .
     """Muster's default devices for ``ask`` on ``node`` given per-device ``free`` milli (None:
     it does not fit): ``links.choose`` with the node's topology (``links.topology_of``)."""
     return choose(free, ask, topology_of(node))
+
+
+def default_choices(
+    node: Node, free: Sequence[int], ask: GpuAsk, count: int
+) -> tuple[tuple[int, ...], ...] | None:
+    """``default_choice`` for ``count`` pods of ``ask`` placed on ``node`` one after another,
+    each taking its devices before the next chooses (None: they do not all fit). Remembered
+    per (free milli per device, ask, topology, count): alike gangs fill alike nodes."""
+    return _in_turn(tuple(free), ask, topology_of(node), count)
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_turn(
+    free: tuple[int, ...], ask: GpuAsk, topology: GpuTopology, count: int
+) -> tuple[tuple[int, ...], ...] | None:
+    left = list(free)
+    out = []
+    for _ in range(count):
+        chosen = choose(left, ask, topology)
+        if chosen is None:
+            return None
+        for d in chosen:
+            left[d] -= ask.milli
+        out.append(chosen)
+    return tuple(out)
 
 
 def device_shortfall(ask: GpuAsk, free: Sequence[int]) -> str:

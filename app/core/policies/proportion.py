@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.core.model.quantity import format_milli
-from app.core.model.queues import UNLIMITED, Queue
+from app.core.model.queues import UNLIMITED, Queue, QueueConfig
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES
 from app.core.state.queueusage import QueueUsage
@@ -68,6 +68,8 @@ def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
     config = usage.config
     if queue not in config.queues:
         return Status.unresolvable(f"queue {queue} does not exist")
+    if _admits_all(config):
+        return SUCCESS
     for q in config.path(queue):
         held = usage.of(q.name)
         for k in range(4):
@@ -101,6 +103,26 @@ def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
             f"other queues (needs {_fmt(k, demand[k])})"
         )
     return SUCCESS
+
+
+_last_open: tuple[QueueConfig, bool] | None = None
+
+
+def _admits_all(config: QueueConfig) -> bool:
+    """Whether ``config`` admits any demand in any of its queues: no queue has a limit or a
+    guarantee, and every queue borrows (as ``OPEN``, the configuration without a queue file).
+    ``admit`` then finds nothing above a limit, and the borrowable room left is the capacity
+    left, which only placement can fall short of. Remembered for the last configuration."""
+    global _last_open
+    last = _last_open
+    if last is not None and last[0] is config:
+        return last[1]
+    found = all(
+        q.borrowing and not any(q.guaranteed) and all(x >= UNLIMITED for x in q.limit)
+        for q in config.queues.values()
+    )
+    _last_open = (config, found)
+    return found
 
 
 def ledger(usage: QueueUsage) -> dict[str, tuple[np.ndarray, np.ndarray]]:
