@@ -187,6 +187,11 @@ class TimedLock:
     def release(self) -> None:
         self._inner.release()
 
+    @property
+    def contended(self) -> bool:
+        """The wrapped lock's ``contended`` (whether a thread waits for it)."""
+        return bool(getattr(self._inner, "contended", True))
+
     def __enter__(self) -> bool:
         return self.acquire()
 

@@ -319,3 +319,28 @@ def test_releases_free_exact_sums_and_subsets() -> None:
     assert kept.requests[:, 0].tolist() == [1, 9]
     assert kept.device_ids.tolist() == [2, 3]
     assert kept.device_end.tolist() == [0, 1, 2]
+
+
+def test_the_cache_lock_knows_when_a_thread_waits_for_it() -> None:
+    """``ClusterCache.apply`` steps aside between slices only for a waiting thread."""
+    import time
+
+    from app.core.state.cache import WaitedLock
+
+    lock = WaitedLock()
+    got: list[bool] = []
+
+    def wait_for_it() -> None:
+        got.extend([lock.acquire(False), lock.acquire()])
+        lock.release()
+
+    with lock, lock:  # re-entrant
+        assert not lock.contended
+        other = threading.Thread(target=wait_for_it)
+        other.start()
+        deadline = time.monotonic() + 10
+        while not lock.contended and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert lock.contended
+    other.join(10)
+    assert got == [False, True] and not lock.contended

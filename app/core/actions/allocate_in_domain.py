@@ -113,8 +113,7 @@ class DemandMemo:
         key = (view.table, tree, tuple(kinds.items()))
         last = self._demand
         if last is not None and key == self._key and self._used.shape == view.used.shape:
-            # Rows of the differing cells (quicker than ``any(axis=1)`` over few columns).
-            changed = np.unique(np.flatnonzero(view.used != self._used) // view.used.shape[1])
+            changed = np.flatnonzero(~_rows_all(view.used == self._used))
             if len(changed) <= self.REBUILD * len(view.nodes):
                 if len(changed):
                     fresh = _columns(view, masks, kinds, changed)
@@ -134,6 +133,21 @@ class DemandMemo:
             level_sums={},
         )
         return columns, self._demand.level_sums
+
+
+#: Unsigned integer types as wide as a row of 1, 2, 4 or 8 booleans.
+_ROW_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _rows_all(cells: np.ndarray) -> np.ndarray:
+    """``cells.all(axis=1)`` for a C-contiguous boolean array; a row of a few booleans read
+    as one integer (all true: every byte 1), several times quicker than the reduction."""
+    width = cells.shape[1]
+    kind = _ROW_TYPES.get(width)
+    if kind is None or not cells.flags.c_contiguous or cells.dtype != np.bool_:
+        return np.asarray(cells.all(axis=1))
+    ones = int.from_bytes(b"\x01" * width, "little")
+    return np.asarray(cells.view(kind).reshape(-1) == ones)
 
 
 def allocate_topology(
@@ -249,7 +263,7 @@ def _best(
     r = len(RESOURCE_NAMES)
     sums = demand.sums(tree, level)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
-    ok = np.asarray((free >= demand.total).all(axis=1) & (slots >= demand.counts).all(axis=1))
+    ok = _rows_all(free >= demand.total) & _rows_all(slots >= demand.counts)
     if len(demand.pinned):
         homes = np.unique(tree.ids[level, demand.pinned])
         ok &= np.isin(np.arange(len(ok)), homes) if len(homes) == 1 else False

@@ -37,6 +37,43 @@ _R = len(RESOURCE_NAMES)
 APPLY_SLICE = 0.002
 
 
+class WaitedLock:
+    """A re-entrant lock that knows whether a thread waits for it (``contended``): a long
+    holder gives it up between steps anyway, but only steps aside for a waiter then."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._waiting: set[int] = set()  # thread idents (set.add/discard are atomic)
+
+    @property
+    def contended(self) -> bool:
+        """Whether some thread is blocked waiting for the lock now."""
+        return bool(self._waiting)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """``RLock.acquire``."""
+        if self._lock.acquire(False):
+            return True
+        if not blocking:
+            return False
+        me = threading.get_ident()
+        self._waiting.add(me)
+        try:
+            return self._lock.acquire(True, timeout)
+        finally:
+            self._waiting.discard(me)
+
+    def release(self) -> None:
+        """``RLock.release``."""
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     """An immutable view of every node and its usage at one cache generation.
@@ -288,7 +325,7 @@ class ClusterCache:
     def __init__(
         self, *, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._lock = threading.RLock()
+        self._lock = WaitedLock()
         self._clock = clock
         self._assume_ttl = assume_ttl
         self._nodes: list[Node] = []
@@ -763,7 +800,8 @@ class ClusterCache:
                 expected = self._generation
                 if i >= len(ops):
                     return Applied(refused, devices, clean, expected)
-            time.sleep(0)  # let a waiting request thread take the GIL (and the lock) now
+            if self._lock.contended:
+                time.sleep(0)  # let the waiting request thread take the GIL and the lock now
 
     def _apply_op(
         self,
