@@ -121,20 +121,31 @@ class FailedPlacements:
         """``compute()``'s answer, or a failure rebuilt from an equal one on ``view``."""
         if view is not self._view:
             self._view, self._failed = view, {}
-        signatures = [signature(p) for p in members]
-        key = (frozenset(Counter(signatures).items()), *ask, tuple(pinned))
-        failed = self._failed.get(key)
-        if failed is not None:
-            pool = list(zip(signatures, members, strict=True))
-            out = []
-            for wanted in failed[0]:
-                i = next(i for i, (sig, _) in enumerate(pool) if sig == wanted)
-                out.append(pool.pop(i)[1])
-            return TopologyAllocation(unplaced=out, reason=failed[1])
+        if self._failed:  # else nothing failed on this view yet: no key to look up
+            signatures = [signature(p) for p in members]
+            key = (frozenset(Counter(signatures).items()), *ask, tuple(pinned))
+            failed = self._failed.get(key)
+            if failed is not None:
+                pool = list(zip(signatures, members, strict=True))
+                out = []
+                for wanted in failed[0]:
+                    i = next(i for i, (sig, _) in enumerate(pool) if sig == wanted)
+                    out.append(pool.pop(i)[1])
+                return TopologyAllocation(unplaced=out, reason=failed[1])
         allocation = compute()
         if not allocation.complete:
-            self._failed[key] = ([signature(p) for p in allocation.unplaced], allocation.reason)
+            self._remember(members, ask, pinned, allocation)
         return allocation
+
+    def _remember(
+        self,
+        members: Sequence[Pod],
+        ask: tuple[Ask | None, str],
+        pinned: Sequence[str],
+        failed: TopologyAllocation,
+    ) -> None:
+        key = (frozenset(Counter(signature(p) for p in members).items()), *ask, tuple(pinned))
+        self._failed[key] = ([signature(p) for p in failed.unplaced], failed.reason)
 
 
 class SnapshotMemo:
