@@ -19,7 +19,8 @@ a fresh cache (median and best reported):
 Then **filter while cycles run**: the server's graph (``app.wiring.build_graph``) over the same
 kind of cache; filter is called (one call at a time, as kube-scheduler does) for a pod on its
 own (all nodes as candidates), a member of a planned gang, and a member of a gang no plan
-knows yet (its first member: ``--probe-gangs`` such gangs, none of which fits), first with
+knows yet (its first member: ``--probe-gangs`` such gangs, none of which fits; it is told it
+waits for its other members, which no cycle could change), first with
 nothing else running (the baseline), then while another thread runs full cycles back to back
 (every plan released, then planned again). The extra latency is what a filter call waits
 behind a running cycle (the cache lock, the planner lock, and the GIL: the cycle thread is
