@@ -65,7 +65,7 @@ def allocate(
     if within is None and allowed is not None and members:
         shared = allowed.get(members[0].uid)
         if shared is not None and all(allowed.get(p.uid) is shared for p in members):
-            within, allowed = np.flatnonzero(shared), None
+            within, allowed = _rows_of(shared), None
     policy = scorer(strategy)
     ordered = _ordered(members)
     if ordered and policy.packs and _alike(ordered, allowed):
@@ -80,6 +80,23 @@ def allocate(
         narrowed = None if allowed is None else {u: m[within] for u, m in allowed.items()}
         return _allocate(sub, members, strategy, narrowed, lambda p: eligible(view, p)[within])
     return _allocate(view, members, strategy, allowed, lambda p: eligible(view, p))
+
+
+#: ``_rows_of`` answers by ``id(mask)``, with the mask (kept alive: its id is not reused).
+_ROWS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _rows_of(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)``, remembered for read-only masks that own their data (a
+    domain's, see ``Tree.mask``: the same one is asked for gang after gang)."""
+    if mask.flags.writeable or mask.base is not None:
+        return np.flatnonzero(mask)
+    hit = _ROWS.get(id(mask))
+    if hit is None or hit[0] is not mask:
+        if len(_ROWS) >= 512:
+            _ROWS.clear()
+        hit = _ROWS[id(mask)] = (mask, np.flatnonzero(mask))
+    return hit[1]
 
 
 def _ordered(members: Sequence[Pod]) -> list[Pod]:

@@ -210,12 +210,14 @@ def _demand(
 ) -> _Demand:
     masks: dict[Constraint, np.ndarray] = {}
     kinds: Kinds = {}
+    total = Resources()
     for pod in members:
         constraint = constraint_of(pod)
         if constraint not in masks:
             masks[constraint] = eligible(view, pod)
         kind = (pod.requests, constraint)
         kinds[kind] = kinds.get(kind, 0) + 1
+        total = total + pod.requests
     level_sums: dict[int, np.ndarray]
     if memo is None:
         columns, level_sums = _columns(view, masks, kinds, None), {}
@@ -223,7 +225,7 @@ def _demand(
         columns, level_sums = memo.columns(view, tree, masks, kinds)
     rows = [view.index[n] for n in pinned if n in view.index]
     return _Demand(
-        total=np.sum([vector(p.requests) for p in members], axis=0),
+        total=vector(total),
         columns=columns,
         counts=np.array(list(kinds.values()), dtype=np.int64),
         pinned=np.array(rows, dtype=np.int64),
@@ -288,13 +290,16 @@ def _best(
             kept = int(np.partition(gpus, -len(members) - 1)[-len(members) - 1])
             if (lower[0], max(lower[1], kept), *lower[2:]) >= best[0]:
                 continue
-        allowed = dict.fromkeys((p.uid for p in members), tree.ids[level] == domain.index)
+        allowed = dict.fromkeys((p.uid for p in members), tree.mask(level, domain.index))
         placed = allocate(view, members, strategy=strategy, allowed=allowed)
         if not placed.complete:
             continue
-        where = {int(row): i for i, row in enumerate(domain.rows)}
+        taken: dict[str, int] = {}
         for pod in members:
-            gpus[where[view.index[placed.placed[pod.uid]]]] -= pod.requests.gpu
+            node = placed.placed[pod.uid]
+            taken[node] = taken.get(node, 0) + pod.requests.gpu
+        for node, amount in taken.items():  # domain.rows ascend
+            gpus[int(np.searchsorted(domain.rows, view.index[node]))] -= amount
         actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
         if best is None or actual < best[0]:
             name = f"{tree.names[level]} {domain.label(tree)}"

@@ -136,6 +136,7 @@ class Tree:
         #: per level: how many nodes each domain holds
         self.sizes: list[np.ndarray] = []
         self._largest: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._masks: dict[tuple[int, int], np.ndarray] = {}
         parent = np.zeros(rows, dtype=np.int64)
         for level, column in enumerate(columns):
             values: list[str | None]
@@ -153,6 +154,21 @@ class Tree:
             self.sizes.append(np.diff(np.r_[starts, rows]).astype(np.int64))
             parent = ids
         self.domains = tuple(domains)
+
+    #: At most this many ``mask`` answers are kept (then they are made afresh).
+    MAX_MASKS = 512
+
+    def mask(self, level: int, index: int) -> np.ndarray:
+        """Per row: is it in domain ``index`` of ``level``? (read-only, remembered: a cycle
+        places gang after gang in the same few domains)"""
+        found = self._masks.get((level, index))
+        if found is None:
+            found = self.ids[level] == index
+            found.setflags(write=False)
+            if len(self._masks) >= self.MAX_MASKS:
+                self._masks.clear()
+            self._masks[level, index] = found
+        return found
 
     @property
     def depth(self) -> int:
