@@ -721,8 +721,12 @@ class Planner:
         head: Reservation | None = None
         while by_queue:
             # Weighted DRF across queues (hierarchically), priority then age within one.
-            queue = min(
-                by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q)
+            queue = (
+                next(iter(by_queue))  # one queue left: its turn, whatever the shares
+                if len(by_queue) == 1
+                else min(
+                    by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q)
+                )
             )
             gang = by_queue[queue].pop(0)
             if not by_queue[queue]:
