@@ -871,8 +871,8 @@ class ClusterCache:
         """Reserve ``pods`` (checked to fit) on node row ``i``; ``need``: their summed
         requests. ``_move`` for each, with the node's and queues' sums added once."""
         node = self._nodes[i].name
-        placed = Resources()
-        by_queue: dict[QueueKey, Resources] = {}
+        placed: list[Pod] = []  # those accounted here (the others by ``_move``)
+        by_queue: dict[QueueKey, list[Pod]] = {}
         for pod in pods:
             uid = pod.uid
             if uid in self._reserved:
@@ -883,18 +883,17 @@ class ClusterCache:
                 continue
             self._placement[uid] = node
             self._devices.place(uid, node, pod, devices.get(uid))
-            placed = placed + pod.requests
+            placed.append(pod)
             key = self._queue_key.get(uid)
             if key is not None:
-                by_queue[key] = by_queue.get(key, Resources()) + pod.requests
+                by_queue.setdefault(key, []).append(pod)
                 self._queue_applied[uid] = key
-        if any(placed):
-            self._used[i] += vector(placed)
-        for key, amount in by_queue.items():
+        if placed:
+            self._used[i] += vector(_summed(placed, pods, need))
+        for key, members in by_queue.items():
             held = self._queue_used.get(key)
-            self._queue_used[key] = (held if held is not None else np.zeros(_R, np.int64)) + vector(
-                amount
-            )
+            amount = vector(_summed(members, pods, need))
+            self._queue_used[key] = (held if held is not None else np.zeros(_R, np.int64)) + amount
 
     def unreserve(self, uids: Iterable[str]) -> None:
         """Release plan reservations (pods already bound or binding keep their node)."""
@@ -1097,6 +1096,16 @@ def queue_key(pod: Pod, in_gang: bool) -> QueueKey:
     """The pod's ``QueueKey`` (resolved to a queue by ``app.core.state.queueusage``)."""
     found = explicit_queue(pod)
     return QueueKey(found[1] if found else "", pod.namespace, pod.scheduler_name, in_gang)
+
+
+def _summed(some: list[Pod], every: list[Pod], total: Resources) -> Resources:
+    """The summed requests of ``some`` of ``every`` pod, whose sum is ``total``."""
+    if len(some) == len(every):
+        return total
+    found = Resources()
+    for pod in some:
+        found = found + pod.requests
+    return found
 
 
 def _is_special(node: Node) -> bool:
