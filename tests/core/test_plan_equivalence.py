@@ -131,3 +131,34 @@ def test_random_clusters_plan_gangs() -> None:
     """The comparison means something: most random clusters plan gangs in both cycles."""
     both = sum(all(plans(*cluster(seed))) for seed in range(40))
     assert both >= 25
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_of_alike_gangs_plan_as_the_straightforward_path(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmark's shape, small: blocks of 16 GPU nodes, some partly used, and a long run
+    of alike gangs (the case the shortcuts for alike members and remembered domains serve)."""
+    rng = random.Random(500 + seed)
+    nodes = [
+        node(f"n{i}", gpus=8, cpu="96", labels={"network.topology.nvidia.com/block": f"b{i // 16}"})
+        for i in range(rng.choice([48, 80, 112]))
+    ]
+    pods = [
+        pod(f"run{r}", uid=f"run{r}", gpu=rng.randint(1, 3), cpu="1",
+            node=rng.choice(nodes).name, phase="Running")
+        for r in range(rng.randint(0, 30))
+    ]  # fmt: skip
+    size, gpu = rng.choice([(10, 1), (4, 2), (3, 1), (16, 1)])
+    for g in range(rng.randint(20, 60)):
+        labels = {"muster.io/pod-group": f"g{g}", "muster.io/min-member": str(size)}
+        pods += [
+            pod(f"g{g}-{m}", uid=f"g{g}-{m}", gpu=gpu, cpu="4", labels=labels, created=float(g))
+            for m in range(size)
+        ]
+    fast = plans(nodes, pods)
+    with monkeypatch.context() as patched:
+        straightforward(patched)
+        slow = plans(nodes, pods)
+    assert fast == slow
+    assert fast[0]  # gangs were planned
