@@ -22,6 +22,7 @@ def test_planner_benchmark_prints_cycles_and_filter_waits(
     assert bench.main([*argv, "--filter-calls", "5"]) == 0
     out = capsys.readouterr().out
     assert "12 gangs planned" in out and "full cycle" in out and "baseline" in out
+    assert "full cycle, CPU time" in out
     assert "filter while cycles run" in out
     for kind in ("pod on its own", "planned member", "unplanned gang"):
         assert kind in out
