@@ -737,8 +737,14 @@ class Planner:
             head = head or held
         if head is None:
             session.hold("", {}, 0.0)
-        # Only running or planned gangs can take elastic members (see ``elastic``).
-        extras = [g for g in gangs.values() if g.running or g.key in session.plans]
+        # Only running or planned gangs can take elastic members (see ``elastic``), and only
+        # those with a pending member their plan does not name have any to place.
+        plans = session.plans
+        extras = [
+            g
+            for g in gangs.values()
+            if (g.running or g.key in plans) and _unplanned_pending(g, plans.get(g.key))
+        ]
         for gang in sorted(extras, key=lambda g: (-g.priority, g.created, g.key)):
             why = plan_extras(
                 session,
@@ -1034,6 +1040,12 @@ class Planner:
             else:
                 session.release(plan.members)
         self._reasons[gang] = reason
+
+
+def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
+    """Whether a pending member of ``gang`` is not in ``plan`` (an elastic one to place)."""
+    planned = plan.members if plan is not None else {}
+    return any(p.uid not in planned for p in gang.pending)
 
 
 def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
