@@ -156,9 +156,21 @@ def test_runs_of_alike_gangs_plan_as_the_straightforward_path(
             pod(f"g{g}-{m}", uid=f"g{g}-{m}", gpu=gpu, cpu="4", labels=labels, created=float(g))
             for m in range(size)
         ]
-    fast = plans(nodes, pods)
+    repeated: list[object] = []
+    again = allocate_in_domain._in_domain
+
+    def counted(*args: Any) -> Any:
+        repeated.append(args[3:5])
+        return again(*args)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(allocate_in_domain, "_in_domain", counted)
+        fast = plans(nodes, pods)
     with monkeypatch.context() as patched:
         straightforward(patched)
         slow = plans(nodes, pods)
     assert fast == slow
     assert fast[0]  # gangs were planned
+    # The search was skipped for a gang going where the last one went (gangs of 4 x 2 GPUs
+    # fill a node each: the empty nodes tie, none comes first by strictly fewest left).
+    assert repeated or (size, gpu) == (4, 2)

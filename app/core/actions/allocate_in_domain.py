@@ -48,7 +48,7 @@ from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.registry import Constraint, constraint_of, eligible
 from app.core.state.cache import NodeView, vector
-from app.core.state.domains import Ask, Tree
+from app.core.state.domains import Ask, Domain, Tree
 
 #: At most this many placements are tried per level (the pruning usually makes it one).
 MAX_TRIES = 16
@@ -105,6 +105,27 @@ class DemandMemo:
         self._key: tuple[object, ...] | None = None
         self._used = np.zeros((0, 0), dtype=np.int64)
         self._demand: _Demand | None = None
+        #: Rows the last ``columns`` brought up to date (None: it computed afresh), and
+        #: whether their usage only grew.
+        self._changed: np.ndarray | None = None
+        self._grew = False
+        #: ``(level, domain, what else decides)`` of the last placement of this shape, when
+        #: that domain came first in the search by strictly the fewest GPUs left (``_best``).
+        self.winner: tuple[int, int, object] | None = None
+
+    def repeat(self, tree: Tree, decides: object) -> tuple[int, int] | None:
+        """``(level, domain)`` where this gang goes if it fits there at all: the last gang of
+        this shape (same ``decides``) went there, first by strictly the fewest GPUs left, and
+        since then only that domain's rows changed, by taking room. Its key only fell, every
+        other domain's is as it was, so the search would try it first again and, once the
+        gang fits there, stop at the next domain (more GPUs left) without placing there."""
+        winner, changed = self.winner, self._changed
+        if winner is None or changed is None or not self._grew or winner[2] != decides:
+            return None
+        level, domain = winner[0], winner[1]
+        if len(changed) and not (tree.ids[level, changed] == domain).all():
+            return None
+        return level, domain
 
     def columns(
         self, view: NodeView, tree: Tree, masks: dict[Constraint, np.ndarray], kinds: Kinds
@@ -115,6 +136,8 @@ class DemandMemo:
         if last is not None and key == self._key and self._used.shape == view.used.shape:
             changed = np.flatnonzero(~_rows_all(view.used == self._used))
             if len(changed) <= self.REBUILD * len(view.nodes):
+                self._changed = changed
+                self._grew = bool((view.used[changed] >= self._used[changed]).all())
                 if len(changed):
                     fresh = _columns(view, masks, kinds, changed)
                     delta = fresh - last.columns[changed]
@@ -124,6 +147,7 @@ class DemandMemo:
                         np.add.at(sums, tree.ids[level, changed], delta)
                 return last.columns, last.level_sums
         columns = _columns(view, masks, kinds, None)
+        self._changed, self.winner = None, None
         self._key, self._used = key, view.used.copy()
         self._demand = _Demand(
             total=np.zeros(0, np.int64),
@@ -183,13 +207,26 @@ def allocate_topology(
             )
         start, required = level, ask.required
     demand = _demand(view, members, pinned, tree, memo)
+    decides = (ask, strategy)
+    repeat = None
+    if memo is not None:
+        repeat = None if len(demand.pinned) else memo.repeat(tree, decides)
+        memo.winner = None
     for level in [start] if required else range(start, -1, -1):
         if tree.spans_all(level):
             break  # one domain of every node: the same as anywhere
         if not required and (demand.total > tree.largest(level, view.allocatable)).any():
             continue  # no domain of this level could hold the gang even empty
-        found, free = _best(view, members, tree, level, demand, strategy)
+        if repeat is not None and repeat[0] == level:
+            again = _in_domain(view, members, tree, level, repeat[1], strategy)
+            if again is not None:
+                assert memo is not None
+                memo.winner = (level, repeat[1], decides)
+                return again
+        found, free, first = _best(view, members, tree, level, demand, strategy)
         if found is not None:
+            if memo is not None and first is not None and not len(demand.pinned):
+                memo.winner = (level, first, decides)
             return found
         if required:
             return TopologyAllocation(
@@ -259,9 +296,11 @@ def _columns(
 
 def _best(
     view: NodeView, members: list[Pod], tree: Tree, level: int, demand: _Demand, strategy: str
-) -> tuple[TopologyAllocation | None, np.ndarray]:
-    """The best placement inside one domain of ``level`` (``None``: none fits), and the free
-    room per domain on rows the members may use (for the reason when none fits)."""
+) -> tuple[TopologyAllocation | None, np.ndarray, int | None]:
+    """The best placement inside one domain of ``level`` (``None``: none fits), the free
+    room per domain on rows the members may use (for the reason when none fits), and the
+    domain placed in when it came first by strictly the fewest GPUs left (see
+    ``DemandMemo.repeat``; else ``None``)."""
     r = len(RESOURCE_NAMES)
     sums = demand.sums(tree, level)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
@@ -271,13 +310,14 @@ def _best(
         ok &= np.isin(np.arange(len(ok)), homes) if len(homes) == 1 else False
     candidates = np.flatnonzero(ok)
     if not len(candidates):
-        return None, free
+        return None, free, None
     left = total[candidates] - demand.total
     # The largest free GPU count left on one node is at least the average.
     bound = -(-left[:, _GPU] // tree.sizes[level][candidates])
     keys = np.column_stack([left[:, _GPU], bound, left[:, _CPU], left[:, _MEMORY], candidates])
     best: tuple[tuple[int, ...], TopologyAllocation] | None = None
-    for tried, k in enumerate(np.lexsort(keys.T[::-1])):
+    order = np.lexsort(keys.T[::-1])
+    for tried, k in enumerate(order):
         lower = tuple(keys[k].tolist())
         if tried >= MAX_TRIES or (best is not None and lower >= best[0]):
             break
@@ -290,8 +330,7 @@ def _best(
             kept = int(np.partition(gpus, -len(members) - 1)[-len(members) - 1])
             if (lower[0], max(lower[1], kept), *lower[2:]) >= best[0]:
                 continue
-        allowed = dict.fromkeys((p.uid for p in members), tree.mask(level, domain.index))
-        placed = allocate(view, members, strategy=strategy, allowed=allowed)
+        placed = _place_in(view, members, tree, level, domain.index, strategy)
         if not placed.complete:
             continue
         taken: dict[str, int] = {}
@@ -302,12 +341,34 @@ def _best(
             gpus[int(np.searchsorted(domain.rows, view.index[node]))] -= amount
         actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
         if best is None or actual < best[0]:
-            name = f"{tree.names[level]} {domain.label(tree)}"
-            best = (
-                actual,
-                TopologyAllocation(placed=placed.placed, devices=placed.devices, domain=name),
-            )
-    return (best[1] if best else None), free
+            best = (actual, _named(placed, tree, domain))
+    if best is None:
+        return None, free, None
+    head = int(order[0])
+    alone = len(order) == 1 or keys[int(order[1]), 0] > keys[head, 0]
+    first = int(candidates[head]) if alone and best[0][-1] == keys[head, -1] else None
+    return best[1], free, first
+
+
+def _place_in(
+    view: NodeView, members: list[Pod], tree: Tree, level: int, index: int, strategy: str
+) -> Allocation:
+    """``allocate`` with every member narrowed to domain ``index`` of ``level``."""
+    allowed = dict.fromkeys((p.uid for p in members), tree.mask(level, index))
+    return allocate(view, members, strategy=strategy, allowed=allowed)
+
+
+def _named(placed: Allocation, tree: Tree, domain: Domain) -> TopologyAllocation:
+    name = f"{tree.names[domain.level]} {domain.label(tree)}"
+    return TopologyAllocation(placed=placed.placed, devices=placed.devices, domain=name)
+
+
+def _in_domain(
+    view: NodeView, members: list[Pod], tree: Tree, level: int, index: int, strategy: str
+) -> TopologyAllocation | None:
+    """The placement in domain ``index`` of ``level`` (None: the gang does not fit there)."""
+    placed = _place_in(view, members, tree, level, index, strategy)
+    return _named(placed, tree, tree.domains[level][index]) if placed.complete else None
 
 
 def _no_room(tree: Tree, level: int, demand: _Demand, free: np.ndarray, count: int) -> str:
