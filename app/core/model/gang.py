@@ -89,7 +89,27 @@ def _object_notes(pod: Pod, obj: GroupObject, min_member: int | None, min_key: s
     return notes
 
 
+#: ``gang_spec`` answers by ``id(pod)``, with the pod (kept alive: its id is not reused);
+#: at most ``_MAX_SPECS`` of them.
+_SPECS: dict[int, tuple[Pod, GangSpec | None]] = {}
+_MAX_SPECS = 16384
+
+
 def gang_spec(pod: Pod) -> GangSpec | None:
+    """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own (see
+    ``_gang_spec``). Remembered per pod object: pods are immutable, and the cache, each cycle
+    and each filter call ask for the same pods' gangs again."""
+    hit = _SPECS.get(id(pod))
+    if hit is not None and hit[0] is pod:
+        return hit[1]
+    spec = _gang_spec(pod)
+    if len(_SPECS) >= _MAX_SPECS:
+        _SPECS.clear()
+    _SPECS[id(pod)] = (pod, spec)
+    return spec
+
+
+def _gang_spec(pod: Pod) -> GangSpec | None:
     """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own.
 
     The name comes from ``muster.io/pod-group``, else the group object the pod names
