@@ -37,7 +37,7 @@ the ordinary strategy (no nested packing into sub-domains).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,20 +71,24 @@ class _Demand:
     """What the gang needs and what each node offers it, computed once per gang and view."""
 
     total: np.ndarray  # summed requests (R,)
-    #: rows x (2R + kinds), summed per domain in one pass: free room (never below zero), free
-    #: room on rows some member may use, whole slots per kind of member (same requests, same
-    #: node constraints) on rows that kind may use
-    columns: np.ndarray
     counts: np.ndarray  # members per kind
     pinned: np.ndarray  # rows of running members
-    #: level -> ``columns`` summed per domain (computed when first asked, see ``sums``)
-    level_sums: dict[int, np.ndarray]
+    #: Makes ``(columns, level sums)`` when first needed (a gang placed where the last one
+    #: went needs neither): ``columns`` is rows x (2R + kinds), summed per domain in one pass:
+    #: free room (never below zero), free room on rows some member may use, whole slots per
+    #: kind of member (same requests, same node constraints) on rows that kind may use; the
+    #: level sums (level -> ``columns`` summed per domain) are computed when first asked.
+    source: Callable[[], tuple[np.ndarray, dict[int, np.ndarray]]]
+    made: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
 
     def sums(self, tree: Tree, level: int) -> np.ndarray:
         """``columns`` summed per domain of ``level``."""
-        found = self.level_sums.get(level)
+        if self.made is None:
+            self.made = self.source()
+        columns, level_sums = self.made
+        found = level_sums.get(level)
         if found is None:
-            found = self.level_sums[level] = tree.sums(level, self.columns)
+            found = level_sums[level] = tree.sums(level, columns)
         return found
 
 
@@ -104,7 +108,8 @@ class DemandMemo:
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
         self._used = np.zeros((0, 0), dtype=np.int64)
-        self._demand: _Demand | None = None
+        #: The columns for ``_used`` and their level sums (None: nothing kept yet).
+        self._kept: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
         #: Rows the last ``columns`` brought up to date (None: it computed afresh), and
         #: whether their usage only grew.
         self._changed: np.ndarray | None = None
@@ -127,36 +132,42 @@ class DemandMemo:
             return None
         return level, domain
 
+    def peek(self, view: NodeView, tree: Tree, kinds: Kinds) -> np.ndarray | None:
+        """The rows whose usage differs from the kept columns' for ``kinds`` on ``view`` (None:
+        the kept columns are for something else, or too much changed: computed afresh then);
+        ``repeat`` answers from them."""
+        self._changed = None
+        if self._kept is None or self._used.shape != view.used.shape:
+            return None
+        if (view.table, tree, tuple(kinds.items())) != self._key:
+            return None
+        changed = np.flatnonzero(~_rows_all(view.used == self._used))
+        if len(changed) > self.REBUILD * len(view.nodes):
+            return None
+        self._changed = changed
+        self._grew = bool((view.used[changed] >= self._used[changed]).all())
+        return changed
+
     def columns(
         self, view: NodeView, tree: Tree, masks: dict[Constraint, np.ndarray], kinds: Kinds
     ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """The columns for ``kinds`` on ``view`` and the (shared, updated) level sums."""
-        key = (view.table, tree, tuple(kinds.items()))
-        last = self._demand
-        if last is not None and key == self._key and self._used.shape == view.used.shape:
-            changed = np.flatnonzero(~_rows_all(view.used == self._used))
-            if len(changed) <= self.REBUILD * len(view.nodes):
-                self._changed = changed
-                self._grew = bool((view.used[changed] >= self._used[changed]).all())
-                if len(changed):
-                    fresh = _columns(view, masks, kinds, changed)
-                    delta = fresh - last.columns[changed]
-                    last.columns[changed] = fresh
-                    self._used[changed] = view.used[changed]
-                    for level, sums in last.level_sums.items():
-                        np.add.at(sums, tree.ids[level, changed], delta)
-                return last.columns, last.level_sums
+        changed = self.peek(view, tree, kinds)
+        if changed is not None and self._kept is not None:
+            columns, level_sums = self._kept
+            if len(changed):
+                fresh = _columns(view, masks, kinds, changed)
+                delta = fresh - columns[changed]
+                columns[changed] = fresh
+                self._used[changed] = view.used[changed]
+                for level, sums in level_sums.items():
+                    np.add.at(sums, tree.ids[level, changed], delta)
+            return columns, level_sums
         columns = _columns(view, masks, kinds, None)
-        self._changed, self.winner = None, None
-        self._key, self._used = key, view.used.copy()
-        self._demand = _Demand(
-            total=np.zeros(0, np.int64),
-            columns=columns,
-            counts=np.zeros(0, np.int64),
-            pinned=np.zeros(0, np.int64),
-            level_sums={},
-        )
-        return columns, self._demand.level_sums
+        self.winner = None
+        self._key, self._used = (view.table, tree, tuple(kinds.items())), view.used.copy()
+        self._kept = (columns, {})
+        return self._kept
 
 
 #: Unsigned integer types as wide as a row of 1, 2, 4 or 8 booleans.
@@ -255,18 +266,18 @@ def _demand(
         kind = (pod.requests, constraint)
         kinds[kind] = kinds.get(kind, 0) + 1
         total = total + pod.requests
-    level_sums: dict[int, np.ndarray]
+    source: Callable[[], tuple[np.ndarray, dict[int, np.ndarray]]]
     if memo is None:
-        columns, level_sums = _columns(view, masks, kinds, None), {}
+        source = lambda: (_columns(view, masks, kinds, None), {})  # noqa: E731
     else:
-        columns, level_sums = memo.columns(view, tree, masks, kinds)
+        memo.peek(view, tree, kinds)  # what changed since (for ``DemandMemo.repeat``)
+        source = lambda: memo.columns(view, tree, masks, kinds)  # noqa: E731
     rows = [view.index[n] for n in pinned if n in view.index]
     return _Demand(
         total=vector(total),
-        columns=columns,
         counts=np.array(list(kinds.values()), dtype=np.int64),
         pinned=np.array(rows, dtype=np.int64),
-        level_sums=level_sums,
+        source=source,
     )
 
 
