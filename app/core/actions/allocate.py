@@ -233,12 +233,10 @@ def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarr
             count = min(count, len(ordered) - start)
             pods = ordered[start : start + count]
             if ask.count:
-                devices = view.gpu_free[row, : device_count(node)].copy()
-                turns = default_choices(node, devices.tolist(), ask, count)
+                free = view.gpu_free[row, : device_count(node)].tolist()
+                turns = default_choices(node, free, ask, count)  # each takes before the next
                 assert turns is not None  # the room said so
-                for pod, chosen in zip(pods, turns, strict=True):
-                    take(devices, ask, chosen)  # checks it, as one by one
-                    result.devices[pod.uid] = chosen
+                result.devices.update(zip((p.uid for p in pods), turns, strict=True))
             result.placed.update(dict.fromkeys((p.uid for p in pods), node.name))
             start += count
         result.unplaced = list(ordered[start:])

@@ -60,9 +60,25 @@ def object_gang_name(pod: Pod, obj: GroupObject) -> str:
     return obj.name
 
 
+#: ``explicit_queue`` answers by ``id(pod)``, with the pod (as ``_SPECS``).
+_QUEUES: dict[int, tuple[Pod, tuple[str, str] | None]] = {}
+
+
 def explicit_queue(pod: Pod) -> tuple[str, str] | None:
     """``(source, queue)`` the pod asks for: ``muster.io/queue``, else its group object's
-    queue (a Volcano PodGroup's ``spec.queue``), else another scheduler's queue key."""
+    queue (a Volcano PodGroup's ``spec.queue``), else another scheduler's queue key.
+    Remembered per pod object (as ``gang_spec``)."""
+    hit = _QUEUES.get(id(pod))
+    if hit is not None and hit[0] is pod:
+        return hit[1]
+    found = _explicit_queue(pod)
+    if len(_QUEUES) >= _MAX_SPECS:
+        _QUEUES.clear()
+    _QUEUES[id(pod)] = (pod, found)
+    return found
+
+
+def _explicit_queue(pod: Pod) -> tuple[str, str] | None:
     own = labels.lookup(labels.QUEUE, pod.labels, pod.annotations)
     if own:
         return labels.QUEUE, own
