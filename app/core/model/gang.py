@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from app.core.model import labels
 from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
 from app.core.model.values import Pod
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +71,7 @@ def explicit_queue(pod: Pod) -> tuple[str, str] | None:
     """``(source, queue)`` the pod asks for: ``muster.io/queue``, else its group object's
     queue (a Volcano PodGroup's ``spec.queue``), else another scheduler's queue key.
     Remembered per pod object (as ``gang_spec``)."""
-    hit = _QUEUES.get(id(pod))
-    if hit is not None and hit[0] is pod:
-        return hit[1]
-    found = _explicit_queue(pod)
-    if len(_QUEUES) >= _MAX_SPECS:
-        _QUEUES.clear()
-    _QUEUES[id(pod)] = (pod, found)
-    return found
+    return _remembered(_QUEUES, pod, _explicit_queue)
 
 
 def _explicit_queue(pod: Pod) -> tuple[str, str] | None:
@@ -115,14 +111,20 @@ def gang_spec(pod: Pod) -> GangSpec | None:
     """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own (see
     ``_gang_spec``). Remembered per pod object: pods are immutable, and the cache, each cycle
     and each filter call ask for the same pods' gangs again."""
-    hit = _SPECS.get(id(pod))
+    return _remembered(_SPECS, pod, _gang_spec)
+
+
+def _remembered(memo: dict[int, tuple[Pod, T]], pod: Pod, make: Callable[[Pod], T]) -> T:
+    """``make(pod)``, remembered in ``memo`` by ``id(pod)`` with the pod itself (kept alive
+    there, so its id is not reused while remembered); at most ``_MAX_SPECS`` entries."""
+    hit = memo.get(id(pod))
     if hit is not None and hit[0] is pod:
         return hit[1]
-    spec = _gang_spec(pod)
-    if len(_SPECS) >= _MAX_SPECS:
-        _SPECS.clear()
-    _SPECS[id(pod)] = (pod, spec)
-    return spec
+    value = make(pod)
+    if len(memo) >= _MAX_SPECS:
+        memo.clear()
+    memo[id(pod)] = (pod, value)
+    return value
 
 
 def _gang_spec(pod: Pod) -> GangSpec | None:
