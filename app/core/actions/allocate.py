@@ -207,19 +207,16 @@ def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarr
     if len(rows):
         need = vector(requests)
         free = view.allocatable[rows] - view.used[rows]
-        ok = (free >= need).all(axis=1)
+        ok = rows_all(free >= need)
         if ask.count:
             idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
             ok &= idle >= ask.count
         scores = policy.score(view, rows, requests)
         at = np.flatnonzero(ok)
         at = at[np.argsort(-scores[at], kind="stable")]  # best first, first of equals first
-        positive = need > 0
-        room = (
-            (free[at][:, positive] // need[positive]).min(axis=1)
-            if positive.any()
-            else np.full(len(at), len(ordered), dtype=np.int64)
-        )
+        room = np.full(len(at), len(ordered), dtype=np.int64)
+        for column in np.flatnonzero(need > 0).tolist():  # a few columns: no row reduction
+            room = np.minimum(room, free[at, column] // need[column])
         if ask.count:
             room = np.minimum(room, idle[at] // ask.count)
         taking = np.minimum(room, len(ordered))
@@ -243,6 +240,21 @@ def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarr
     else:
         result.unplaced = list(ordered)
     return result
+
+
+#: Unsigned integer types as wide as a row of 1, 2, 4 or 8 booleans.
+_ROW_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def rows_all(cells: np.ndarray) -> np.ndarray:
+    """``cells.all(axis=1)`` for a C-contiguous boolean array; a row of a few booleans read
+    as one integer (all true: every byte 1), several times quicker than the reduction."""
+    width = cells.shape[1]
+    kind = _ROW_TYPES.get(width)
+    if kind is None or not cells.flags.c_contiguous or cells.dtype != np.bool_:
+        return np.asarray(cells.all(axis=1))
+    ones = int.from_bytes(b"\x01" * width, "little")
+    return np.asarray(cells.view(kind).reshape(-1) == ones)
 
 
 class _Candidates:

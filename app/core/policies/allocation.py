@@ -16,15 +16,20 @@ def utilisation_after(view: NodeView, rows: np.ndarray, requests: Resources) -> 
     GPU pods are measured on GPUs alone (GPUs are the scarce resource worth packing); pods
     without GPUs on the mean of cpu and memory.
     """
-    alloc = view.allocatable[rows].astype(np.float64)
-    used = view.used[rows] + np.asarray(requests, dtype=np.int64)
-    # ``where`` leaves 1.0 for a resource the node lacks, and divides only where it has some
-    # (no ``np.errstate``: entering it costs more than the division on a few rows).
-    ratio: np.ndarray = np.divide(used, alloc, out=np.ones_like(alloc), where=alloc > 0)
+    # Only the columns measured are divided. ``where`` leaves 1.0 for a resource the node
+    # lacks, and divides only where it has some (no ``np.errstate``: entering it costs more
+    # than the division on a few rows).
     if requests.gpu > 0:
-        result = ratio[:, _GPU]
+        alloc = view.allocatable[rows, _GPU].astype(np.float64)
+        used = view.used[rows, _GPU] + requests.gpu
+        result: np.ndarray = np.divide(used, alloc, out=np.ones_like(alloc), where=alloc > 0)
     else:
-        result = (ratio[:, _CPU] + ratio[:, _MEMORY]) / 2
+        alloc = view.allocatable[rows, _CPU : _MEMORY + 1].astype(np.float64)
+        used = view.used[rows, _CPU : _MEMORY + 1] + np.asarray(
+            requests[_CPU : _MEMORY + 1], np.int64
+        )
+        ratio = np.divide(used, alloc, out=np.ones_like(alloc), where=alloc > 0)
+        result = (ratio[:, 0] + ratio[:, 1]) / 2
     clipped: np.ndarray = np.clip(result, 0.0, 1.0)
     return clipped
 
