@@ -16,13 +16,14 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Any, overload
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -73,6 +74,27 @@ NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recor
 #: Seconds after which a planned member that has not reached filter since its nudge is
 #: nudged again (see ``Planner.to_nudge``).
 RENUDGE = 1.0
+#: Seconds after a look (explain, what-if, the census) during which each cycle publishes what
+#: the next look reads should it come while a cycle runs (see ``Planner.look``).
+LOOKED_RECENTLY = 30.0
+
+
+class _Published(NamedTuple):
+    """Plans, reasons, hints and head-of-line hold as a cycle left them (copies: read
+    without the planner's lock, never changed)."""
+
+    plans: dict[str, Plan]
+    reasons: dict[str, str]
+    hints: dict[str, str]
+    head: Reservation | None
+
+
+@dataclass
+class _LookMemos:
+    """The memos of looks taken while a cycle runs (the cycle's own are its thread's)."""
+
+    queue_names: QueueNames
+    gangs: GangMemo = field(default_factory=dict)
 
 
 class Planner:
@@ -146,6 +168,11 @@ class Planner:
         self._queue_names = QueueNames(scheduler_name)
         # What explain and what-if keep while the cache is unchanged (``Outlook.kept``).
         self._insight_memo = SnapshotMemo()
+        # What a look during a cycle reads instead of waiting (``look``): published at the end
+        # of each cycle while someone has looked in the last ``LOOKED_RECENTLY`` seconds.
+        self._published: _Published | None = None
+        self._looked = -math.inf
+        self._looking = _LookMemos(queue_names=QueueNames(scheduler_name))
         self._failed = FailedPlacements()
         self._demand = DemandMemo()
         #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
@@ -288,40 +315,65 @@ class Planner:
     def look(self, *, wait: bool = True) -> Outlook | None:
         """The planner's state now, on a session that is never committed (explain, what-if).
 
-        ``wait=False``: ``None`` instead of waiting while another thread runs a cycle.
+        It never waits for a running cycle: the cache is read as it is now, with the plans,
+        reasons and head-of-line hold the last cycle finished with (``_Published``).
+        ``wait=False``: ``None`` instead, while another thread runs a cycle.
         """
-        with self._held(wait) as held:
-            if not held:
-                return None
-            session = Session(self._cache, self._plans)
-            gangs = gangs_of(session.snapshot, self._gang_memo)
-            config = self._queues.config
-            usage = measure(
-                session.queue_usage(),
-                session.snapshot.view.allocatable.sum(axis=0),
-                config,
-                self._scheduler_name,
-            )
-            return Outlook(
-                session=session,
-                gangs=gangs,
-                plans={k: p.copy() for k, p in self._plans.items()},
-                reasons=dict(self._reasons),
-                hints=dict(self._hints),
-                head=self._head,
-                config=config,
-                usage=usage,
-                now=self._wall(),
-                strategy=self._strategy,
-                topology_keys=self._topology_keys,
-                default_runtime=self._default_runtime,
-                scheduler_name=self._scheduler_name,
-                preemption=self._preemption,
-                protection=self._protection,
-                order=self._order,
-                queue_names=self._queue_names,
-                kept=self._insight_memo,
-            )
+        if wait:
+            self._looked = self._clock()
+        with self._held(False) as held:
+            if held:
+                return self._outlook(self._publish(), self._gang_memo, self._queue_names)
+        if not wait:
+            return None
+        published = self._published
+        if published is None:  # nobody has looked yet: wait this once
+            with self._lock:
+                return self._outlook(self._publish(), self._gang_memo, self._queue_names)
+        return self._outlook(published, self._looking.gangs, self._looking.queue_names)
+
+    def _publish(self) -> _Published:
+        """What a look during a cycle reads (called under the lock)."""
+        self._published = _Published(
+            {k: p.copy() for k, p in self._plans.items()},
+            dict(self._reasons),
+            dict(self._hints),
+            self._head,
+        )
+        return self._published
+
+    def _outlook(
+        self, published: _Published, gang_memo: GangMemo, queue_names: QueueNames
+    ) -> Outlook:
+        session = Session(self._cache, published.plans)
+        gangs = gangs_of(session.snapshot, gang_memo)
+        config = self._queues.config
+        usage = measure(
+            session.queue_usage(),
+            session.snapshot.view.allocatable.sum(axis=0),
+            config,
+            self._scheduler_name,
+        )
+        return Outlook(
+            session=session,
+            gangs=gangs,
+            plans=published.plans,
+            reasons=published.reasons,
+            hints=published.hints,
+            head=published.head,
+            config=config,
+            usage=usage,
+            now=self._wall(),
+            strategy=self._strategy,
+            topology_keys=self._topology_keys,
+            default_runtime=self._default_runtime,
+            scheduler_name=self._scheduler_name,
+            preemption=self._preemption,
+            protection=self._protection,
+            order=self._order,
+            queue_names=queue_names,
+            kept=self._insight_memo,
+        )
 
     def describe(self) -> list[dict[str, Any]]:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
@@ -677,6 +729,8 @@ class Planner:
             applied = self._commit(session)
             self._head = head
             self._last_generation = applied.generation if applied.clean else session.statement.base
+            if self._clock() - self._looked < LOOKED_RECENTLY:
+                self._publish()
             made = [(g, q) for g, q in planned if g in self._plans]
             if self._journal is not None:
                 for gang, queue in made:

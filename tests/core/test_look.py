@@ -1,0 +1,83 @@
+"""``Planner.look`` (explain, what-if, census) never waits for a running cycle: it reads the
+cache as it is now with the plans, reasons and hold the last cycle finished with."""
+
+from __future__ import annotations
+
+import threading
+
+from app.core.cycle.planner import Planner
+from app.core.model.gang import Gang
+from app.core.model.values import Pod
+from app.core.policies.gangorder import LongestFirst
+from app.core.state.cache import ClusterCache
+from tests.factories import node, pod
+
+
+class HeldOrder:
+    """Longest-first, except that it can hold a cycle inside it until released."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.inside = threading.Event()
+        self.go_on = threading.Event()
+        self._order = LongestFirst()
+
+    def key(self, gang: Gang) -> tuple[float, float, str]:
+        if self.hold:
+            self.inside.set()
+            self.go_on.wait(10)
+        return self._order.key(gang)
+
+
+def member(gang: str, i: int) -> Pod:
+    labels = {"muster.io/pod-group": gang, "muster.io/min-member": "2"}
+    return pod(f"{gang}-{i}", gpu=4, labels=labels)
+
+
+def test_a_look_during_a_cycle_reads_the_last_cycles_plans_and_the_cache_now() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=8), node("n1", gpus=8)])
+    cache.upsert_pods([member("a", 0), member("a", 1)])
+    order = HeldOrder()
+    planner = Planner(cache, order=order)
+    planner.cycle()
+    assert set(planner.look().plans) == {"default/a"}
+
+    cache.upsert_pods([member("b", 0), member("b", 1)])
+    order.hold = True
+    cycle = threading.Thread(target=planner.cycle)
+    cycle.start()
+    try:
+        assert order.inside.wait(10), "the cycle never reached the gang order"
+        assert planner.look(wait=False) is None  # the filter path's headline does not wait
+        during = planner.look()  # would block until go_on were this a waiting look
+        assert set(during.plans) == {"default/a"}
+        assert {"default/a", "default/b"} <= set(during.gangs)  # b's pods: the cache now
+    finally:
+        order.go_on.set()
+        cycle.join(10)
+    assert not cycle.is_alive()
+    assert set(planner.look().plans) == {"default/a", "default/b"}
+
+
+def test_the_first_look_waits_for_the_cycle_when_nothing_was_published() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=8)])
+    cache.upsert_pods([member("a", 0), member("a", 1)])
+    order = HeldOrder()
+    planner = Planner(cache, order=order)
+    order.hold = True
+    cycle = threading.Thread(target=planner.cycle)
+    cycle.start()
+    assert order.inside.wait(10)
+    seen: list[set[str]] = []
+    looker = threading.Thread(target=lambda: seen.append(set(planner.look().plans)))
+    looker.start()
+    looker.join(0.2)
+    assert looker.is_alive()  # nothing published yet: it waits for the cycle
+    order.go_on.set()
+    cycle.join(10)
+    looker.join(10)
+    assert seen == [{"default/a"}]
