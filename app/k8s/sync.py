@@ -408,9 +408,13 @@ class ClusterSync:
         resync_backoff: float = 1.0,
         watch_timeout: int = 5,
         groups: GroupSync | None = None,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
+        """``on_synced`` (if any) runs once, in the watch thread, when the initial lists are in
+        the cache."""
         self._cache = cache
         self._groups = groups
+        self._on_synced = on_synced
         if groups is not None:
             groups.on_ready = self._listed
         core = CoreV1Api(api) if isinstance(api, ApiClient) else api
@@ -541,6 +545,8 @@ class ClusterSync:
             self._cache.mark_synced()
             self._synced.set()
             log.info("initial sync complete")
+            if self._on_synced is not None:
+                self._on_synced()
 
     def _replace_nodes(self, nodes: list[Node]) -> int:
         self._cache.replace_nodes(nodes)

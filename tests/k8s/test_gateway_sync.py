@@ -175,9 +175,11 @@ def listing(rv: str, *items: dict) -> dict:
 def run_fake() -> Iterator[Callable[[FakeCore], tuple[ClusterCache, ClusterSync]]]:
     started: list[tuple[ClusterSync, FakeCore]] = []
 
-    def run(core: FakeCore) -> tuple[ClusterCache, ClusterSync]:
+    def run(
+        core: FakeCore, on_synced: Callable[[], None] | None = None
+    ) -> tuple[ClusterCache, ClusterSync]:
         cache = ClusterCache()
-        sync = ClusterSync(cache, cast(CoreV1Api, core), resync_backoff=0.01)
+        sync = ClusterSync(cache, cast(CoreV1Api, core), resync_backoff=0.01, on_synced=on_synced)
         started.append((sync, core))
         sync.start()
         return cache, sync
@@ -190,6 +192,7 @@ def run_fake() -> Iterator[Callable[[FakeCore], tuple[ClusterCache, ClusterSync]
 
 
 def test_fake_watch_error_410_relists(run_fake: Callable[..., Any]) -> None:
+    synced: list[int] = []
     core = FakeCore(
         nodes=[listing("5", node_json("n1"))],
         pods=[
@@ -199,10 +202,11 @@ def test_fake_watch_error_410_relists(run_fake: Callable[..., Any]) -> None:
             listing("20", pod_json("a"), pod_json("c")),
         ],
     )
-    cache, sync = run_fake(core)
+    cache, sync = run_fake(core, lambda: synced.append(1))
     assert sync.wait_synced(5)
     pods = core.list_pod_for_all_namespaces
     eventually(lambda: pods.list_count() == 2 and len(pods.watch_versions()) >= 2, "the relist")
+    assert synced == [1]  # once, when the first lists are in; not again on the relist
     assert pods.watch_versions()[:2] == ["10", "20"]
     eventually(lambda: set(cache.snapshot().pods) == {"a", "c"}, "b gone after the relist")
     assert sync.relists == 1
