@@ -27,6 +27,10 @@ Measured, each over ``--calls`` calls (p50/p99, milliseconds):
   ``POST /whatif`` on a Muster server whose cache holds the same pods, against a *null*
   server that answers the same routes with a canned answer of the same size (taken from
   Muster), parsed and serialised through the same pydantic models: the protocol's own price.
+  Both run as ``muster serve`` does once loaded (heap frozen, 0.5 ms thread switch interval);
+  Muster's planner loop runs its cycles meanwhile, as in a live server. The calls go round the
+  waiting gangs, so with ``--calls`` near their number each gang is asked about about once:
+  these rows are the *first* explanation of a gang, which nothing kept yet helps.
 
 Targets (issue 13): explain <= 20 ms p99, what-if <= 100 ms p99. Not a pass/fail test.
 """
@@ -277,7 +281,7 @@ def serve(kind: str, args: argparse.Namespace) -> None:
         services.extender.planner.cycle(force=True)
     else:
         app = null_app(json.loads(Path(args.canned).read_text()))
-    serve_on_loopback(app)
+    serve_on_loopback(app, as_serve=True)
 
 
 def null_app(canned: dict[str, Any]) -> FastAPI:

@@ -81,11 +81,24 @@ class Latency:
         return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, len(ns) / (ns.sum() / 1e9))
 
 
-def serve_on_loopback(app: Any) -> None:
+def serve_on_loopback(app: Any, *, as_serve: bool = False) -> None:
     """Serve the ASGI ``app`` with uvicorn on an ephemeral 127.0.0.1 port, announced first as
     ``PORT n`` on stdout (what ``child_server`` reads). The socket is made with
-    ``IPPROTO_TCP`` so asyncio sets TCP_NODELAY on accepted connections (see bench_extender)."""
+    ``IPPROTO_TCP`` so asyncio sets TCP_NODELAY on accepted connections (see bench_extender).
+
+    ``as_serve``: run the process as ``muster serve`` does once its cache is loaded (the heap
+    frozen out of full garbage collections, the interpreter's thread switch interval).
+    """
     import uvicorn
+
+    if as_serve:
+        import gc
+
+        from app.server import SWITCH_INTERVAL
+
+        gc.collect()
+        gc.freeze()
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
