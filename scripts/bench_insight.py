@@ -28,9 +28,8 @@ Measured, each over ``--calls`` calls (p50/p99, milliseconds):
   server that answers the same routes with a canned answer of the same size (taken from
   Muster), parsed and serialised through the same pydantic models: the protocol's own price.
   Both run as ``muster serve`` does once loaded (heap frozen, 0.5 ms thread switch interval);
-  Muster's planner loop runs its cycles meanwhile, as in a live server. The calls go round the
-  waiting gangs, so with ``--calls`` near their number each gang is asked about about once:
-  these rows are the *first* explanation of a gang, which nothing kept yet helps.
+  Muster's planner loop runs its cycles meanwhile, as in a live server. A first pass asks
+  about every waiting gang once (not measured), as the in-process rows do.
 
 Targets (issue 13): explain <= 20 ms p99, what-if <= 100 ms p99. Not a pass/fail test.
 """
