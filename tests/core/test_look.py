@@ -81,3 +81,18 @@ def test_the_first_look_waits_for_the_cycle_when_nothing_was_published() -> None
     cycle.join(10)
     looker.join(10)
     assert seen == [{"default/a"}]
+
+
+def test_looks_at_an_unchanged_cache_share_its_gangs_and_see_a_change() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=8)])
+    cache.upsert_pods([member("a", 0), member("a", 1), member("b", 0)])
+    planner = Planner(cache)
+    planner.cycle()
+    first, again = planner.look(), planner.look()
+    assert again.gangs is first.gangs
+    cache.upsert_pods([member("b", 1)])
+    later = planner.look()
+    assert later.gangs is not first.gangs
+    assert len(later.gangs["default/b"].members) == 2
+    assert len(first.gangs["default/b"].members) == 1  # what the earlier look saw stays

@@ -95,6 +95,8 @@ class _LookMemos:
 
     queue_names: QueueNames
     gangs: GangMemo = field(default_factory=dict)
+    #: The gangs of the last snapshot any look read.
+    last: tuple[Snapshot, dict[str, Gang]] | None = None
 
 
 class Planner:
@@ -346,7 +348,12 @@ class Planner:
         self, published: _Published, gang_memo: GangMemo, queue_names: QueueNames
     ) -> Outlook:
         session = Session(self._cache, published.plans)
-        gangs = gangs_of(session.snapshot, gang_memo)
+        last = self._looking.last
+        if last is not None and last[0] is session.snapshot:
+            gangs = last[1]  # an unchanged cache: the same gangs (an Outlook only reads them)
+        else:
+            gangs = gangs_of(session.snapshot, gang_memo)
+            self._looking.last = (session.snapshot, gangs)
         config = self._queues.config
         usage = measure(
             session.queue_usage(),
