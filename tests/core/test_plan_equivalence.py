@@ -12,6 +12,7 @@ import pytest
 
 from app.core.actions import allocate_in_domain
 from app.core.actions.allocate_in_domain import DemandMemo, _columns
+from app.core.cycle import planner
 from app.core.cycle.memos import FailedPlacements
 from app.core.cycle.planner import Planner
 from app.core.gpu import links
@@ -98,8 +99,10 @@ def plans(nodes: list[Node], pods: list[Pod]) -> Plans:
 
 def straightforward(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every shortcut off: device choices, domain sums and failed placements computed afresh,
-    every member judged on every row (``test_allocate_incremental.reference``)."""
+    every member judged on every row (``test_allocate_incremental.reference``), every gang
+    of a run of alike gangs planned on its own (no ``Planner._plan_run``)."""
     monkeypatch.setattr(allocate_in_domain, "allocate", reference)
+    monkeypatch.setattr(Planner, "_plan_run", lambda self, *args: [])
     uncached: Callable[..., Any] = links._default_choice.__wrapped__  # type: ignore[attr-defined]
     monkeypatch.setattr(links, "_default_choice", uncached)
 
@@ -158,19 +161,26 @@ def test_runs_of_alike_gangs_plan_as_the_straightforward_path(
         ]
     repeated: list[object] = []
     again = allocate_in_domain._in_domain
+    batched = planner.fill_domain
 
     def counted(*args: Any) -> Any:
         repeated.append(args[3:5])
         return again(*args)
 
+    def counted_run(*args: Any) -> Any:
+        repeated.append(args[3:5])
+        return batched(*args)
+
     with monkeypatch.context() as patched:
         patched.setattr(allocate_in_domain, "_in_domain", counted)
+        patched.setattr(planner, "fill_domain", counted_run)
         fast = plans(nodes, pods)
     with monkeypatch.context() as patched:
         straightforward(patched)
         slow = plans(nodes, pods)
     assert fast == slow
     assert fast[0]  # gangs were planned
-    # The search was skipped for a gang going where the last one went (gangs of 4 x 2 GPUs
+    # The search was skipped for a gang going where the last one went, one by one or a run
+    # of them at once (``Planner._plan_run``) (gangs of 4 x 2 GPUs
     # fill a node each: the empty nodes tie, none comes first by strictly fewest left).
     assert repeated or (size, gpu) == (4, 2)

@@ -65,7 +65,7 @@ def allocate(
     if within is None and allowed is not None and members:
         shared = allowed.get(members[0].uid)
         if shared is not None and all(allowed.get(p.uid) is shared for p in members):
-            within, allowed = _rows_of(shared), None
+            within, allowed = rows_of(shared), None
     policy = scorer(strategy)
     ordered = _ordered(members)
     if ordered and policy.packs and _alike(ordered, allowed):
@@ -82,11 +82,11 @@ def allocate(
     return _allocate(view, members, strategy, allowed, lambda p: eligible(view, p))
 
 
-#: ``_rows_of`` answers by ``id(mask)``, with the mask (kept alive: its id is not reused).
+#: ``rows_of`` answers by ``id(mask)``, with the mask (kept alive: its id is not reused).
 _ROWS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _rows_of(mask: np.ndarray) -> np.ndarray:
+def rows_of(mask: np.ndarray) -> np.ndarray:
     """``np.flatnonzero(mask)``, remembered for read-only masks that own their data (a
     domain's, see ``Tree.mask``: the same one is asked for gang after gang)."""
     if mask.flags.writeable or mask.base is not None:
@@ -197,49 +197,82 @@ def _fill(view: NodeView, ordered: Sequence[Pod], policy: Scorer, rows: np.ndarr
     Member by member, the pick is the best-scoring fitting row (first of equals); a placement
     only raises that row's score, so the next member goes there again while it fits, and
     once it no longer fits (usage only grows) the pick is the next row in the starting order.
-    So each row of that order, best first, takes as many members as fit on it at once:
-    ``min(free // request)`` over the resources asked, and ``idle devices // count``. The
-    devices are then chosen member by member, as ``_allocate`` does.
+    So each row of that order, best first, takes as many members as fit on it at once
+    (``fill_alike``). The devices are then chosen member by member, as ``_allocate`` does.
     """
     first = ordered[0]
-    ask, requests = GpuAsk.of(first), first.requests
+    ask = GpuAsk.of(first)
     result = Allocation()
-    if len(rows):
-        need = vector(requests)
-        free = view.allocatable[rows] - view.used[rows]
-        ok = rows_all(free >= need)
+    turns = fill_alike(view, first.requests, ask, policy, rows, len(ordered))
+    start = 0
+    for row, count in turns:
+        node = view.nodes[row]
+        pods = ordered[start : start + count]
         if ask.count:
-            idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
-            ok &= idle >= ask.count
-        scores = policy.score(view, rows, requests)
-        at = np.flatnonzero(ok)
-        at = at[np.argsort(-scores[at], kind="stable")]  # best first, first of equals first
-        room = np.full(len(at), len(ordered), dtype=np.int64)
-        for column in np.flatnonzero(need > 0).tolist():  # a few columns: no row reduction
-            room = np.minimum(room, free[at, column] // need[column])
-        if ask.count:
-            room = np.minimum(room, idle[at] // ask.count)
-        taking = np.minimum(room, len(ordered))
-        ends = np.cumsum(taking)
-        stop = int(np.searchsorted(ends, len(ordered)))  # the last row used
-        start = 0
-        for row, count in zip(
-            rows[at[: stop + 1]].tolist(), taking[: stop + 1].tolist(), strict=True
-        ):
-            node = view.nodes[row]
-            count = min(count, len(ordered) - start)
-            pods = ordered[start : start + count]
-            if ask.count:
-                free = view.gpu_free[row, : device_count(node)].tolist()
-                turns = default_choices(node, free, ask, count)  # each takes before the next
-                assert turns is not None  # the room said so
-                result.devices.update(zip((p.uid for p in pods), turns, strict=True))
-            result.placed.update(dict.fromkeys((p.uid for p in pods), node.name))
-            start += count
-        result.unplaced = list(ordered[start:])
-    else:
-        result.unplaced = list(ordered)
+            result.devices.update(
+                zip((p.uid for p in pods), devices_in_turn(view, row, ask, count), strict=True)
+            )
+        result.placed.update(dict.fromkeys((p.uid for p in pods), node.name))
+        start += count
+    result.unplaced = list(ordered[start:])
     return result
+
+
+def fill_alike(
+    view: NodeView,
+    requests: Resources,
+    ask: GpuAsk,
+    policy: Scorer,
+    rows: np.ndarray,
+    limit: int,
+) -> list[tuple[int, int]]:
+    """Where up to ``limit`` alike members (``requests``, whole-GPU or no ``ask``) go on
+    candidate ``rows`` under a packing scorer, placed one after another: ``(row, how many)``
+    in the order they are taken, at most ``limit`` in all (fewer: no more fit).
+
+    The rows that fit one member, best score first (first of equals first), each taking as
+    many as fit on it (``min(free // request)`` over the resources asked, and
+    ``idle devices // count``): what member-by-member placement gives (see ``_fill``). The
+    first ``k`` members of such a fill are where ``k`` members alone would go, so gangs of
+    alike members placed one after another in the same rows take consecutive stretches of it.
+    """
+    if not len(rows) or limit <= 0:
+        return []
+    need = vector(requests)
+    free = view.allocatable[rows] - view.used[rows]
+    ok = rows_all(free >= need)
+    if ask.count:
+        idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
+        ok &= idle >= ask.count
+    scores = policy.score(view, rows, requests)
+    at = np.flatnonzero(ok)
+    at = at[np.argsort(-scores[at], kind="stable")]  # best first, first of equals first
+    room = np.full(len(at), limit, dtype=np.int64)
+    for column in np.flatnonzero(need > 0).tolist():  # a few columns: no row reduction
+        room = np.minimum(room, free[at, column] // need[column])
+    if ask.count:
+        room = np.minimum(room, idle[at] // ask.count)
+    ends = np.cumsum(room)
+    stop = int(np.searchsorted(ends, limit))  # the last row used
+    out = []
+    left = limit
+    for row, count in zip(rows[at[: stop + 1]].tolist(), room[: stop + 1].tolist(), strict=True):
+        count = min(count, left)
+        out.append((row, count))
+        left -= count
+    return out
+
+
+def devices_in_turn(
+    view: NodeView, row: int, ask: GpuAsk, count: int
+) -> tuple[tuple[int, ...], ...]:
+    """The default GPU devices of ``count`` members of whole-GPU ``ask`` placed on ``row``
+    one after another (each takes its devices before the next chooses); they must fit."""
+    node = view.nodes[row]
+    free = view.gpu_free[row, : device_count(node)].tolist()
+    turns = default_choices(node, free, ask, count)
+    assert turns is not None  # the room said so
+    return turns
 
 
 #: Unsigned integer types as wide as a row of 1, 2, 4 or 8 booleans.

@@ -42,11 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.actions.allocate import Allocation, allocate, rows_all
+from app.core.actions.allocate import Allocation, allocate, fill_alike, rows_all, rows_of
+from app.core.gpu.ask import GpuAsk
 from app.core.model import labels
 from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
-from app.core.policies.registry import Constraint, constraint_of, eligible
+from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
 from app.core.state.cache import NodeView, vector
 from app.core.state.domains import Ask, Domain, Tree
 
@@ -388,3 +389,42 @@ def _no_room(tree: Tree, level: int, demand: _Demand, free: np.ndarray, count: i
     if largest >= demand.total[column]:
         text += f", but not on nodes that can hold all {count} members"
     return text + ")"
+
+
+def reaches(tree: Tree, view: NodeView, ask: Ask | None, total: np.ndarray, level: int) -> bool:
+    """Whether ``allocate_topology`` for a gang of summed requests ``total`` and ``ask`` comes
+    to ``level`` without trying any narrower one first (each is too small for the gang even
+    empty): the domain it then takes at ``level`` decides the placement alone."""
+    if ask is None:
+        start, required = tree.depth - 1, False
+    else:
+        found = tree.level(ask.level)
+        if found is None:
+            return False
+        start, required = found, ask.required
+    for at in [start] if required else range(start, -1, -1):
+        if at == level:
+            return True
+        if tree.spans_all(at) or required:
+            return False
+        if not (total > tree.largest(at, view.allocatable)).any():
+            return False
+    return False
+
+
+def fill_domain(
+    view: NodeView,
+    pod: Pod,
+    tree: Tree,
+    level: int,
+    index: int,
+    strategy: str,
+    limit: int,
+) -> list[tuple[int, int]]:
+    """``fill_alike`` of up to ``limit`` members alike ``pod`` (whole GPUs or none, a
+    packing ``strategy``) on the rows of domain ``index`` of ``level`` they may use: where
+    gangs of such members placed in that domain one after another go (``allocate`` with
+    every member narrowed to the domain places them so)."""
+    within = rows_of(tree.mask(level, index))
+    rows = within[eligible(view, pod)[within]]
+    return fill_alike(view, pod.requests, GpuAsk.of(pod), scorer(strategy), rows, limit)

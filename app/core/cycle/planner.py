@@ -27,11 +27,13 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from app.core.actions.allocate import allocate, why_unplaced
+from app.core.actions.allocate import allocate, devices_in_turn, why_unplaced
 from app.core.actions.allocate_in_domain import (
     DemandMemo,
     TopologyAllocation,
     allocate_topology,
+    fill_domain,
+    reaches,
 )
 from app.core.actions.backfill import Reservation, may_backfill
 from app.core.actions.victims import Unit, running_units
@@ -55,7 +57,7 @@ from app.core.policies.gangorder import LongestFirst
 from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
-from app.core.policies.registry import constraint_of
+from app.core.policies.registry import constraint_of, scorer
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
 from app.core.state.journal import Journal, Kind
@@ -782,19 +784,17 @@ class Planner:
         head: Reservation | None = None
         while by_queue:
             # Weighted DRF across queues (hierarchically), priority then age within one.
-            queue = (
-                next(iter(by_queue))  # one queue left: its turn, whatever the shares
-                if len(by_queue) == 1
-                else min(
-                    by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q)
-                )
-            )
+            queue = _turn(by_queue, usage, config)
             gang = by_queue[queue].pop(0)
-            if not by_queue[queue]:
-                del by_queue[queue]
             placed, held = self._plan_core(session, gang, now, usage, queue, first=head is None)
             if placed:
                 planned.append((gang.key, queue))
+                planned.extend(
+                    (key, queue)
+                    for key in self._plan_run(session, gang, queue, by_queue, usage, now)
+                )
+            if not by_queue[queue]:
+                del by_queue[queue]
             head = head or held
         if head is None:
             session.hold("", {}, 0.0)
@@ -819,6 +819,93 @@ class Planner:
             if why:
                 self._reasons[gang.key] = why
         return planned, head
+
+    def _plan_run(
+        self,
+        session: Session,
+        placed: Gang,
+        queue: str,
+        by_queue: dict[str, list[Gang]],
+        usage: QueueUsage,
+        now: float,
+    ) -> list[str]:
+        """Plan, in one step, the gangs next in ``queue``'s line alike ``placed`` (just planned
+        into a topology domain it came first in by strictly the fewest GPUs left), as far as
+        each would go to that same domain one by one; returns them (taken off the line).
+
+        Alike: no member bound, no problem, the same number of core members, all of one
+        requests, node constraints and whole-GPU (or no) ask, and the same topology ask. One
+        by one, each would go to that domain while it fits there (``DemandMemo.repeat``: only
+        that domain's rows changed since, by taking room), every narrower level being too
+        small for it even empty (``reaches``), and inside it members fill the best rows in
+        turn (``fill_alike``): the first ``k`` gangs take the first ``k`` stretches of one
+        fill of the domain. Every gang is still judged on its own, in order: its queue's turn
+        (weighted DRF) and its quota (``admit``) with the usage of those before it; the run
+        stops at the first that would not be planned right there."""
+        winner = self._demand.winner
+        line = by_queue[queue]
+        if winner is None or not line or session.holds[1] or not scorer(self._strategy).packs:
+            return []
+        level, index, decides = winner
+        first = _alike_core(placed)
+        if first is None:
+            return []
+        core, shape = first
+        ask, problem = ask_of(placed.members)
+        if problem or decides != (ask, self._strategy):
+            return []
+        view = session.view()
+        tree = tree_for(view.table, self._topology_keys)
+        demand = demand_of(core)
+        if not reaches(tree, view, ask, demand, level):
+            return []
+        size = len(core)
+        fill = fill_domain(view, core[0], tree, level, index, self._strategy, len(line) * size)
+        whole = sum(count for _, count in fill) // size  # gangs the domain takes
+        run: list[tuple[Gang, list[Pod]]] = []
+        for gang in line[:whole]:
+            alike = _alike_core(gang)
+            if alike is None or alike[1] != shape or ask_of(gang.members) != (ask, ""):
+                break
+            run.append((gang, alike[0]))
+        if not run:
+            return []
+        names: list[str] = []
+        devices: list[tuple[int, ...]] = []
+        gpu = GpuAsk.of(core[0])
+        left = len(run) * size
+        for row, count in fill:
+            count = min(count, left)
+            names.extend([view.nodes[row].name] * count)
+            if gpu.count:
+                devices.extend(devices_in_turn(view, row, gpu, count))
+            left -= count
+            if not left:
+                break
+        config = self._queues.config
+        done: list[str] = []
+        for at, (gang, members) in enumerate(run):
+            if len(by_queue) > 1 and _turn(by_queue, usage, config) != queue:
+                break
+            if not admit(usage, queue, demand).ok:
+                break
+            uids = [p.uid for p in members]
+            spots = dict(zip(uids, names[at * size : (at + 1) * size], strict=True))
+            chosen = (
+                dict(zip(uids, devices[at * size : (at + 1) * size], strict=True))
+                if gpu.count
+                else {}
+            )
+            session.reserve(gang.key, spots, chosen)
+            usage.add(queue, demand)
+            plan = Plan.of(gang, spots, now, now + (gang.timeout or self._plan_ttl), queue=queue)
+            plan.devices.update(chosen)
+            session.plans[gang.key] = plan
+            self._reasons.pop(gang.key, None)
+            self._hints.pop(gang.key, None)
+            done.append(gang.key)
+        del line[: len(done)]
+        return done
 
     def _commit(self, session: Session) -> Applied:
         """Apply ``session`` to the cache and adopt its plans; a reservation that no longer
@@ -1101,6 +1188,32 @@ class Planner:
             else:
                 session.release(plan.members)
         self._reasons[gang] = reason
+
+
+def _turn(by_queue: dict[str, list[Gang]], usage: QueueUsage, config: QueueConfig) -> str:
+    """The queue whose gang comes next: weighted DRF across queues (hierarchically)."""
+    if len(by_queue) == 1:
+        return next(iter(by_queue))  # one queue left: its turn, whatever the shares
+    return min(by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q))
+
+
+def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...]] | None:
+    """A gang's core members when none is bound, it has no problem, and they are all alike
+    (one requests, node constraints and whole-GPU or no ask), with what makes them alike
+    (their number first); ``None`` otherwise (see ``Planner._plan_run``)."""
+    if gang.problem or gang.bound or gang.min_member <= 0:
+        return None
+    if len(gang.members) < gang.min_member:
+        return None
+    core = gang.pending[: gang.min_member]
+    head = core[0]
+    requests, constraint, gpu = head.requests, constraint_of(head), GpuAsk.of(head)
+    if gpu.shared:
+        return None
+    for pod in core[1:]:
+        if pod.requests != requests or GpuAsk.of(pod) != gpu or constraint_of(pod) != constraint:
+            return None
+    return core, (len(core), requests, constraint, gpu)
 
 
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
