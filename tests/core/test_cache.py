@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from app.core.model.errors import BindRejected
 from app.core.model.labels import GPU_IDS
-from app.core.model.values import Pod, Resources
+from app.core.model.values import Node, Pod, Resources
 from app.core.state.cache import ClusterCache
+from app.core.state.statement import Hold, Release, Reserve, Statement
 from tests.factories import node, pod
 
 
@@ -344,3 +347,100 @@ def test_the_cache_lock_knows_when_a_thread_waits_for_it() -> None:
         assert lock.contended
     other.join(10)
     assert got == [False, True] and not lock.contended
+
+
+def _random_statement(seed: int) -> tuple[list[Node], list[Pod], list[Pod], Statement]:
+    """Nodes, running pods, pending pods and a statement reserving most of them, gang by
+    gang: mostly on room and devices that are free in turn, at times not (over a node's
+    room, devices taken, a pod named twice, force, releases and holds between)."""
+    rng = random.Random(seed)
+    nodes = [node(f"n{i}", gpus=rng.choice([0, 4, 8]), cpu="16") for i in range(rng.randint(2, 10))]
+    running = [
+        pod(f"r{r}", uid=f"r{r}", gpu=rng.choice([0, 1]), cpu="2", node=rng.choice(nodes).name,
+            phase="Running", labels={"muster.io/queue": "q"})
+        for r in range(rng.randint(0, 6))
+    ]  # fmt: skip
+    free = {n.name: list(range(int(n.allocatable.gpu // 1000))) for n in nodes}
+    pending: list[Pod] = []
+    ops: list[Reserve | Release | Hold] = []
+    for g in range(rng.randint(1, 30)):
+        placements: dict[str, str] = {}
+        devices: dict[str, tuple[int, ...]] = {}
+        gpu = rng.choice([0, 1, 1, 2])
+        labels = {"muster.io/queue": rng.choice(["q", "r"])} if rng.random() < 0.7 else {}
+        for m in range(rng.randint(1, 4)):
+            p = pod(f"g{g}-{m}", uid=f"g{g}-{m}", gpu=gpu, cpu=rng.choice(["1", "4"]),
+                    labels=labels)  # fmt: skip
+            pending.append(p)
+            where = rng.choice(nodes).name
+            if rng.random() < 0.05 and pending[:-1]:
+                p = rng.choice(pending[:-1])  # named again
+            placements[p.uid] = where
+            if gpu and rng.random() < 0.95:
+                if len(free[where]) >= gpu and rng.random() < 0.9:
+                    chosen = tuple(sorted(rng.sample(free[where], gpu)))
+                    free[where] = [d for d in free[where] if d not in chosen]
+                else:
+                    chosen = tuple(range(gpu))
+                devices[p.uid] = chosen
+        ops.append(Reserve(f"g{g}", placements, devices, force=rng.random() < 0.05))
+        if rng.random() < 0.1:
+            ops.append(Release(tuple(rng.sample(list(placements), 1))))
+        if rng.random() < 0.05:
+            ops.append(Hold(f"g{g}", {nodes[0].name: Resources(cpu=1000)}, 10.0))
+    return nodes, running, pending, Statement(ops, base=0)
+
+
+def _applied_state(seed: int, monkeypatch: pytest.MonkeyPatch | None) -> tuple[object, ...]:
+    nodes, running, pending, statement = _random_statement(seed)
+    cache = ClusterCache()
+    cache.upsert_nodes(nodes)
+    cache.upsert_pods(running + pending)
+    statement.base = cache.generation
+    if monkeypatch is not None:
+        monkeypatch.setattr(ClusterCache, "_reserve_together", lambda *args: 0)
+    applied = cache.apply(statement)
+    snapshot = cache.snapshot()
+    return (
+        {i: str(s) for i, s in applied.refused.items()},
+        dict(applied.devices),
+        applied.clean,
+        applied.generation,
+        cache.view().used.tolist(),
+        cache.view().gpu_free.tolist(),
+        {k: v.tolist() for k, v in cache.queue_usage().items()},
+        list(snapshot.placement.items()),
+        sorted(snapshot.reserved),
+        list(cache._devices.holders().items()),  # noqa: SLF001 - the ledger's records
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_reservations_made_together_are_what_one_by_one_makes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``apply`` reserving runs of plans together leaves the cache exactly as applying them
+    one at a time does (usage, devices and their records, queues, placements, generations,
+    what is refused and why), whether the run fits or not."""
+    together = _applied_state(seed, None)
+    with monkeypatch.context() as patched:
+        alone = _applied_state(seed, patched)
+    assert together == alone
+
+
+def test_runs_are_reserved_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above means something: many runs of those statements are reserved
+    together, and some are refused together and then applied one by one."""
+    outcomes: list[int] = []
+    together = ClusterCache._reserve_together  # noqa: SLF001
+
+    def counted(self: ClusterCache, *args: Any) -> int:
+        done = together(self, *args)
+        outcomes.append(done)
+        return done
+
+    monkeypatch.setattr(ClusterCache, "_reserve_together", counted)
+    for seed in range(60):
+        _applied_state(seed, None)
+    assert sum(1 for n in outcomes if n) >= 20
+    assert sum(1 for n in outcomes if not n) >= 30

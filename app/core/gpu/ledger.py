@@ -25,7 +25,7 @@ by another scheduler): such a device shows less than nothing free and takes no m
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -220,6 +220,44 @@ class DeviceLedger:
                 return Status.unschedulable(device_shortfall(ask, free.tolist()))
             take(free, ask, chosen)
         return SUCCESS
+
+    def check_planned(
+        self, node: str, pods: Sequence[Pod], planned: Mapping[str, Sequence[int]]
+    ) -> tuple[np.ndarray, list[tuple[str, Held]]] | None:
+        """``pods`` (holding nothing yet) placed on ``node`` one after another, each on its
+        ``planned`` devices: the row's free milli afterwards and their records, for
+        ``place_checked`` (None: a GPU pod has no planned devices, or they are not all free
+        in turn; ``check_all`` then ``place`` pod by pod say why)."""
+        i = self._index.get(node)
+        if i is None:
+            return None
+        free = self._row(i).copy()
+        records: list[tuple[str, Held]] = []
+        for pod in pods:
+            ask = GpuAsk.of(pod)
+            if not ask.count:
+                if pod.uid in planned:
+                    return None  # devices for a pod that asks for none: ``check_all`` says
+                continue
+            devices = planned.get(pod.uid)
+            if devices is None:
+                return None
+            try:
+                take(free, ask, devices)
+            except GpuOvercommit:
+                return None
+            records.append((pod.uid, Held(node, ask, tuple(devices))))
+        return free, records
+
+    def place_checked(
+        self, node: str, free: np.ndarray | None, records: Iterable[tuple[str, Held]]
+    ) -> None:
+        """Carry out ``check_planned``'s answer for ``node`` (nothing else changed it since):
+        its free milli afterwards (None: as it is) and the records of its pods (in the order
+        ``place`` would have made them, pod by pod, with the planned devices)."""
+        if free is not None:
+            self._row(self._index[node])[:] = free
+        self._held.update(records)
 
     def free_row(self, node: str) -> list[int]:
         """Free milli per device of ``node`` (empty for an unknown node)."""

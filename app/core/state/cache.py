@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
@@ -35,6 +35,8 @@ from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 _R = len(RESOURCE_NAMES)
 #: ``ClusterCache.apply`` gives up the lock after about this long (seconds), between operations.
 APPLY_SLICE = 0.002
+#: At most this many plan reservations are checked and made together (``_reserve_together``).
+TOGETHER = 64
 
 
 class WaitedLock:
@@ -793,8 +795,11 @@ class ClusterCache:
                 clean = clean and self._generation == expected
                 deadline = time.perf_counter() + slice_seconds
                 while i < len(ops):
-                    self._apply_op(i, ops[i], refused, devices)
-                    i += 1
+                    done = self._reserve_together(ops, i, devices)
+                    if not done:
+                        self._apply_op(i, ops[i], refused, devices)
+                        done = 1
+                    i += done
                     if time.perf_counter() >= deadline:
                         break
                 expected = self._generation
@@ -802,6 +807,105 @@ class ClusterCache:
                     return Applied(refused, devices, clean, expected)
             if self._lock.contended:
                 time.sleep(0)  # let the waiting request thread take the GIL and the lock now
+
+    def _reserve_together(
+        self, ops: Sequence[Reserve | Release | Hold], i: int, devices: dict[str, tuple[int, ...]]
+    ) -> int:
+        """Reserve the run of plain ``Reserve`` operations starting at ``i`` (at most
+        ``TOGETHER``) in one step, when they all fit together now; returns how many (0:
+        nothing done, apply them one at a time).
+
+        Only for pods that hold nothing yet, each named once, with planned devices for every
+        GPU pod. Usage only grows as they are reserved one after another, so when their sum
+        fits each node (and their planned devices are free in turn) each fits in its turn:
+        the outcome of applying them one by one, none refused. Otherwise, one by one says
+        which are refused and why.
+        """
+        end = i
+        while end < len(ops) and end - i < TOGETHER:
+            op = ops[end]
+            if not isinstance(op, Reserve) or op.force:
+                break
+            end += 1
+        if end - i < 2:
+            return 0
+        pods, index, reserved = self._pods, self._index, self._reserved
+        placement, held, assumed = self._placement, self._devices.held, self._assumed
+        rows: dict[int, list[Pod]] = {}
+        planned: dict[str, tuple[int, ...]] = {}
+        order: list[tuple[Pod, str]] = []  # as one by one takes them
+        for k in range(i, end):
+            op = ops[k]
+            assert isinstance(op, Reserve)
+            if not op.placements:
+                return 0
+            planned.update(op.devices)
+            for uid, node in op.placements.items():
+                pod = pods.get(uid)
+                row = index.get(node)
+                if (
+                    pod is None
+                    or row is None
+                    or pod.node_name
+                    or uid in assumed
+                    or uid in reserved
+                    or uid in placement
+                    or held(uid) is not None
+                ):
+                    return 0
+                found = rows.get(row)
+                if found is None:
+                    rows[row] = [pod]
+                else:
+                    found.append(pod)
+                order.append((pod, node))
+        if len({pod.uid for pod, _ in order}) != len(order) or not planned.keys() <= {
+            pod.uid for pod, _ in order
+        }:
+            return 0  # a pod named twice, or devices for a pod not reserved here
+        sums: dict[int, np.ndarray] = {}
+        checked = []
+        for row, members in rows.items():
+            first = members[0].requests
+            if all(p.requests == first for p in members):
+                need = vector(first) * len(members)
+            else:
+                need = sum((vector(p.requests) for p in members), np.zeros(_R, np.int64))
+            if (need > self._alloc[row] - self._used[row]).any():
+                return 0
+            sums[row] = need
+            node = self._nodes[row].name
+            fit = self._devices.check_planned(node, members, planned)
+            if fit is None:
+                return 0
+            checked.append((node, fit))
+        for row, need in sums.items():
+            self._used[row] += need
+        records: dict[str, Held] = {}
+        for node, (free, kept) in checked:
+            self._devices.place_checked(node, free, ())
+            records.update(kept)
+        by_queue: dict[QueueKey, np.ndarray] = {}
+        queue_of, applied = self._queue_key.get, self._queue_applied
+        for pod, node in order:
+            uid = pod.uid
+            reserved[uid] = node
+            placement[uid] = node
+            record = records.get(uid)
+            if record is not None:
+                self._devices.place_checked(node, None, ((uid, record),))
+                devices[uid] = record.devices
+            key = queue_of(uid)
+            if key is not None:
+                amount = by_queue.get(key)
+                by_queue[key] = vector(pod.requests) + (0 if amount is None else amount)
+                applied[uid] = key
+        for key, amount in by_queue.items():
+            before = self._queue_used.get(key)
+            self._queue_used[key] = amount if before is None else before + amount
+        self._generation += end - i - 1  # one generation per operation, as one by one
+        self._bump()
+        return end - i
 
     def _apply_op(
         self,
