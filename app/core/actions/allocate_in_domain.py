@@ -118,6 +118,9 @@ class DemandMemo:
         #: ``(level, domain, what else decides)`` of the last placement of this shape, when
         #: that domain came first in the search by strictly the fewest GPUs left (``_best``).
         self.winner: tuple[int, int, object] | None = None
+        #: ``(level, domain, what else decides)`` of the last placement into one domain
+        #: (None: the last call placed nothing, or not inside one domain).
+        self.last: tuple[int, int, object] | None = None
 
     def repeat(self, tree: Tree, decides: object) -> tuple[int, int] | None:
         """``(level, domain)`` where this gang goes if it fits there at all: the last gang of
@@ -208,7 +211,7 @@ def allocate_topology(
     repeat = None
     if memo is not None:
         repeat = None if len(demand.pinned) else memo.repeat(tree, decides)
-        memo.winner = None
+        memo.winner = memo.last = None
     for level in [start] if required else range(start, -1, -1):
         if tree.spans_all(level):
             break  # one domain of every node: the same as anywhere
@@ -218,12 +221,14 @@ def allocate_topology(
             again = _in_domain(view, members, tree, level, repeat[1], strategy)
             if again is not None:
                 assert memo is not None
-                memo.winner = (level, repeat[1], decides)
+                memo.winner = memo.last = (level, repeat[1], decides)
                 return again
-        found, free, first = _best(view, members, tree, level, demand, strategy)
+        found, free, first, index = _best(view, members, tree, level, demand, strategy)
         if found is not None:
-            if memo is not None and first is not None and not len(demand.pinned):
-                memo.winner = (level, first, decides)
+            if memo is not None and not len(demand.pinned):
+                memo.last = (level, index, decides)
+                if first is not None:
+                    memo.winner = memo.last
             return found
         if required:
             return TopologyAllocation(
@@ -293,11 +298,11 @@ def _columns(
 
 def _best(
     view: NodeView, members: list[Pod], tree: Tree, level: int, demand: _Demand, strategy: str
-) -> tuple[TopologyAllocation | None, np.ndarray, int | None]:
+) -> tuple[TopologyAllocation | None, np.ndarray, int | None, int]:
     """The best placement inside one domain of ``level`` (``None``: none fits), the free
-    room per domain on rows the members may use (for the reason when none fits), and the
+    room per domain on rows the members may use (for the reason when none fits), the
     domain placed in when it came first by strictly the fewest GPUs left (see
-    ``DemandMemo.repeat``; else ``None``)."""
+    ``DemandMemo.repeat``; else ``None``), and the domain placed in (-1: none)."""
     r = len(RESOURCE_NAMES)
     sums = demand.sums(tree, level)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
@@ -307,12 +312,12 @@ def _best(
         ok &= np.isin(np.arange(len(ok)), homes) if len(homes) == 1 else False
     candidates = np.flatnonzero(ok)
     if not len(candidates):
-        return None, free, None
+        return None, free, None, -1
     left = total[candidates] - demand.total
     # The largest free GPU count left on one node is at least the average.
     bound = -(-left[:, _GPU] // tree.sizes[level][candidates])
     keys = np.column_stack([left[:, _GPU], bound, left[:, _CPU], left[:, _MEMORY], candidates])
-    best: tuple[tuple[int, ...], TopologyAllocation] | None = None
+    best: tuple[tuple[int, ...], TopologyAllocation, int] | None = None
     order = np.lexsort(keys.T[::-1])
     for tried, k in enumerate(order):
         lower = tuple(keys[k].tolist())
@@ -338,13 +343,13 @@ def _best(
             gpus[int(np.searchsorted(domain.rows, view.index[node]))] -= amount
         actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
         if best is None or actual < best[0]:
-            best = (actual, _named(placed, tree, domain))
+            best = (actual, _named(placed, tree, domain), domain.index)
     if best is None:
-        return None, free, None
+        return None, free, None, -1
     head = int(order[0])
     alone = len(order) == 1 or keys[int(order[1]), 0] > keys[head, 0]
     first = int(candidates[head]) if alone and best[0][-1] == keys[head, -1] else None
-    return best[1], free, first
+    return best[1], free, first, best[2]
 
 
 def _place_in(

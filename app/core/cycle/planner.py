@@ -830,23 +830,30 @@ class Planner:
         now: float,
     ) -> list[str]:
         """Plan, in one step, the gangs next in ``queue``'s line alike ``placed`` (just planned
-        into a topology domain it came first in by strictly the fewest GPUs left), as far as
-        each would go to that same domain one by one; returns them (taken off the line).
+        into one topology domain), as far as each would go to that same domain one by one;
+        returns them (taken off the line).
 
         Alike: no member bound, no problem, the same number of core members, all of one
         requests, node constraints and whole-GPU (or no) ask, and the same topology ask. One
-        by one, each would go to that domain while it fits there (``DemandMemo.repeat``: only
-        that domain's rows changed since, by taking room), every narrower level being too
-        small for it even empty (``reaches``), and inside it members fill the best rows in
-        turn (``fill_alike``): the first ``k`` gangs take the first ``k`` stretches of one
-        fill of the domain. Every gang is still judged on its own, in order: its queue's turn
+        by one, each would go to that domain while it fits there, every narrower level being
+        too small for it even empty (``reaches``): only that domain's rows changed since, by
+        taking room, so its keys only fell and every other domain's are as they were. When
+        it came first by strictly the fewest GPUs left, it does again (``DemandMemo.repeat``).
+        Otherwise, for gangs that take GPUs: every domain that would now come before it in
+        the search (fewer GPUs left) had fewer than it before too, so it was tried before it
+        for the first gang (the search tries domains by fewest GPUs left, and it does not
+        pass over one that could still win) and found no room for the gang; its rows are as
+        they were, so it finds none again, and the search then places the gang in that
+        domain and stops. Inside the domain members fill the best rows in turn
+        (``fill_alike``): the first ``k`` gangs take the first ``k`` stretches of one fill
+        of the domain. Every gang is still judged on its own, in order: its queue's turn
         (weighted DRF) and its quota (``admit``) with the usage of those before it; the run
         stops at the first that would not be planned right there."""
-        winner = self._demand.winner
+        last = self._demand.last
         line = by_queue[queue]
-        if winner is None or not line or session.holds[1] or not scorer(self._strategy).packs:
+        if last is None or not line or session.holds[1] or not scorer(self._strategy).packs:
             return []
-        level, index, decides = winner
+        level, index, decides = last
         first = _alike_core(placed)
         if first is None:
             return []
@@ -858,6 +865,10 @@ class Planner:
         tree = tree_for(view.table, self._topology_keys)
         demand = demand_of(core)
         if not reaches(tree, view, ask, demand, level):
+            return []
+        if self._demand.winner != last and not demand[0]:
+            # Not first by strictly the fewest GPUs left, and taking none: it need not come
+            # first again. (Taking GPUs, it does: see ``_plan_run``'s docstring.)
             return []
         size = len(core)
         fill = fill_domain(view, core[0], tree, level, index, self._strategy, len(line) * size)
