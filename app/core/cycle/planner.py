@@ -895,6 +895,7 @@ class Planner:
                 break
         config = self._queues.config
         done: list[str] = []
+        taken: list[tuple[str, dict[str, str], dict[str, tuple[int, ...]]]] = []
         for at, (gang, members) in enumerate(run):
             if len(by_queue) > 1 and _turn(by_queue, usage, config) != queue:
                 break
@@ -907,7 +908,7 @@ class Planner:
                 if gpu.count
                 else {}
             )
-            session.reserve(gang.key, spots, chosen)
+            taken.append((gang.key, spots, chosen))
             usage.add(queue, demand)
             plan = Plan.of(gang, spots, now, now + (gang.timeout or self._plan_ttl), queue=queue)
             plan.devices.update(chosen)
@@ -915,6 +916,8 @@ class Planner:
             self._reasons.pop(gang.key, None)
             self._hints.pop(gang.key, None)
             done.append(gang.key)
+        if taken:
+            session.reserve_all(taken)
         del line[: len(done)]
         return done
 

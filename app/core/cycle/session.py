@@ -11,7 +11,7 @@ What-if questions run the same way and are always discarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -105,45 +105,61 @@ class Session:
         """Take room for ``gang``'s pods (uid -> node, with their planned GPU devices).
 
         The caller placed them on this session's view, so they fit unless ``force`` (room
-        still held by victims being evicted for this gang).
+        still held by victims being evicted for this very gang).
         """
+        self.reserve_all([(gang, placements, devices)], force=force)
+
+    def reserve_all(
+        self,
+        reservations: Sequence[tuple[str, Mapping[str, str], Mapping[str, tuple[int, ...]]]],
+        *,
+        force: bool = False,
+    ) -> None:
+        """``reserve`` each of ``reservations`` (gang, placements, devices) in turn, with the
+        views' usage summed per node row once for all of them."""
         self._check_open()
         pods, placement = self.snapshot.pods, self.snapshot.placement
         index, nodes = self._base_free.index, self._base_free.nodes
         # Per row: the summed requests and the row's devices (added and sliced once per row).
         rows: dict[int, tuple[Resources, np.ndarray | None]] = {}
-        for uid, node in placements.items():
-            pod = pods[uid]
-            if pod.node_name or uid in self.snapshot.assumed:
-                continue  # it holds its node
-            if uid in self._reserved or (uid in placement and uid not in self._released):
-                if self._node_of(uid) == node:
-                    continue
-                self._take_back(uid)
-            row = index[node]
-            found = rows.get(row)
-            chosen = devices.get(uid, ())
-            if found is None:
-                free = None
+        for gang, placements, devices in reservations:
+            for uid, node in placements.items():
+                pod = pods[uid]
+                if pod.node_name or uid in self.snapshot.assumed:
+                    continue  # it holds its node
+                if uid in self._reserved or (uid in placement and uid not in self._released):
+                    if self._node_of(uid) == node:
+                        continue
+                    self._take_back(uid)  # (usage sums commute: added once at the end)
+                row = index[node]
+                found = rows.get(row)
+                chosen = devices.get(uid, ())
+                if found is None:
+                    free = None
+                    if chosen:
+                        free = self._writable()[1][row, : device_count(nodes[row])]
+                    rows[row] = (pod.requests, free)
+                else:
+                    free = found[1]
+                    if chosen and free is None:
+                        free = self._writable()[1][row, : device_count(nodes[row])]
+                    rows[row] = (found[0] + pod.requests, free)
                 if chosen:
-                    free = self._writable()[1][row, : device_count(nodes[row])]
-                rows[row] = (pod.requests, free)
-            else:
-                free = found[1]
-                if chosen and free is None:
-                    free = self._writable()[1][row, : device_count(nodes[row])]
-                rows[row] = (found[0] + pod.requests, free)
-            if chosen:
-                assert free is not None
-                take(free, GpuAsk.of(pod), chosen, reported=force)
-            self._reserved[uid] = (node, tuple(chosen))
-            self._released.discard(uid)
+                    assert free is not None
+                    take(free, GpuAsk.of(pod), chosen, reported=force)
+                self._reserved[uid] = (node, tuple(chosen))
+                self._released.discard(uid)
+            self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
+        self._add(rows)
+        self._changed()
+        self.version += len(reservations) - 1  # one per decision, as one by one
+
+    def _add(self, rows: Mapping[int, tuple[Resources, np.ndarray | None]]) -> None:
+        """Count the summed requests per row (``reserve_all``) in the views' usage."""
         if rows:
             used = self._writable()[0]
             for row, (amount, _) in rows.items():
                 used[row] += vector(amount)
-        self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
-        self._changed()
 
     def release(self, uids: Iterable[str]) -> None:
         """Give back the room reserved for ``uids`` (pods bound or binding keep their node)."""
