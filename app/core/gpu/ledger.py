@@ -250,14 +250,19 @@ class DeviceLedger:
         return free, records
 
     def place_checked(
-        self, node: str, free: np.ndarray | None, records: Iterable[tuple[str, Held]]
+        self, node: str | None, free: np.ndarray | None, records: Iterable[tuple[str, Held]]
     ) -> None:
-        """Carry out ``check_planned``'s answer for ``node`` (nothing else changed it since):
-        its free milli afterwards (None: as it is) and the records of its pods (in the order
-        ``place`` would have made them, pod by pod, with the planned devices)."""
-        if free is not None:
+        """Carry out ``check_planned``'s answers (nothing else changed those rows since):
+        ``node``'s free milli afterwards (None: no row to change), and records of pods (in
+        the order ``place`` would have made them, pod by pod, with the planned devices)."""
+        if node is not None and free is not None:
             self._row(self._index[node])[:] = free
         self._held.update(records)
+
+    def holds_any(self, uids: Iterable[str]) -> bool:
+        """Whether any of pods ``uids`` holds devices."""
+        held = self._held
+        return any(uid in held for uid in uids)
 
     def free_row(self, node: str) -> list[int]:
         """Free milli per device of ``node`` (empty for an unknown node)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -790,16 +791,22 @@ class ClusterCache:
         devices: dict[str, tuple[int, ...]] = {}
         ops = statement.ops
         clean, expected, i = True, statement.base, 0
+        alone = 0  # operations before this one are applied one at a time
         while True:
             with self._lock:
                 clean = clean and self._generation == expected
                 deadline = time.perf_counter() + slice_seconds
                 while i < len(ops):
-                    done = self._reserve_together(ops, i, devices)
-                    if not done:
-                        self._apply_op(i, ops[i], refused, devices)
-                        done = 1
-                    i += done
+                    if i >= alone:
+                        end = _run_end(ops, i)
+                        if end - i > 1 and self._reserve_together(ops, i, end, devices):
+                            i = end
+                            if time.perf_counter() >= deadline:
+                                break
+                            continue
+                        alone = end  # one by one says which are refused, and why
+                    self._apply_op(i, ops[i], refused, devices)
+                    i += 1
                     if time.perf_counter() >= deadline:
                         break
                 expected = self._generation
@@ -809,11 +816,15 @@ class ClusterCache:
                 time.sleep(0)  # let the waiting request thread take the GIL and the lock now
 
     def _reserve_together(
-        self, ops: Sequence[Reserve | Release | Hold], i: int, devices: dict[str, tuple[int, ...]]
-    ) -> int:
-        """Reserve the run of plain ``Reserve`` operations starting at ``i`` (at most
-        ``TOGETHER``) in one step, when they all fit together now; returns how many (0:
-        nothing done, apply them one at a time).
+        self,
+        ops: Sequence[Reserve | Release | Hold],
+        i: int,
+        end: int,
+        devices: dict[str, tuple[int, ...]],
+    ) -> bool:
+        """Make the plain reservations ``ops[i:end]`` (``_run_end``) in one step when they
+        all fit together now; returns whether it did (False: nothing done, apply them one
+        at a time).
 
         Only for pods that hold nothing yet, each named once, with planned devices for every
         GPU pod. Usage only grows as they are reserved one after another, so when their sum
@@ -821,25 +832,20 @@ class ClusterCache:
         the outcome of applying them one by one, none refused. Otherwise, one by one says
         which are refused and why.
         """
-        end = i
-        while end < len(ops) and end - i < TOGETHER:
-            op = ops[end]
-            if not isinstance(op, Reserve) or op.force:
-                break
-            end += 1
-        if end - i < 2:
-            return 0
         pods, index, reserved = self._pods, self._index, self._reserved
-        placement, held, assumed = self._placement, self._devices.held, self._assumed
+        placement, assumed = self._placement, self._assumed
         rows: dict[int, list[Pod]] = {}
         planned: dict[str, tuple[int, ...]] = {}
-        order: list[tuple[Pod, str]] = []  # as one by one takes them
+        # As one by one takes them: per operation, per row in the order rows first come.
+        order: list[tuple[str, list[Pod]]] = []
+        named = 0
         for k in range(i, end):
             op = ops[k]
             assert isinstance(op, Reserve)
             if not op.placements:
-                return 0
+                return False
             planned.update(op.devices)
+            mine: dict[int, list[Pod]] = {}
             for uid, node in op.placements.items():
                 pod = pods.get(uid)
                 row = index.get(node)
@@ -850,19 +856,24 @@ class ClusterCache:
                     or uid in assumed
                     or uid in reserved
                     or uid in placement
-                    or held(uid) is not None
                 ):
-                    return 0
-                found = rows.get(row)
+                    return False
+                found = mine.get(row)
                 if found is None:
-                    rows[row] = [pod]
+                    mine[row] = [pod]
                 else:
                     found.append(pod)
-                order.append((pod, node))
-        if len({pod.uid for pod, _ in order}) != len(order) or not planned.keys() <= {
-            pod.uid for pod, _ in order
-        }:
-            return 0  # a pod named twice, or devices for a pod not reserved here
+            for row, members in mine.items():
+                order.append((self._nodes[row].name, members))
+                found = rows.get(row)
+                if found is None:
+                    rows[row] = list(members)
+                else:
+                    found.extend(members)
+            named += len(op.placements)
+        uids = {pod.uid for _, members in order for pod in members}
+        if len(uids) != named or not planned.keys() <= uids or self._devices.holds_any(uids):
+            return False  # a pod named twice, devices for a pod not reserved here, or a move
         sums: dict[int, np.ndarray] = {}
         checked = []
         for row, members in rows.items():
@@ -872,12 +883,12 @@ class ClusterCache:
             else:
                 need = sum((vector(p.requests) for p in members), np.zeros(_R, np.int64))
             if (need > self._alloc[row] - self._used[row]).any():
-                return 0
+                return False
             sums[row] = need
             node = self._nodes[row].name
             fit = self._devices.check_planned(node, members, planned)
             if fit is None:
-                return 0
+                return False
             checked.append((node, fit))
         for row, need in sums.items():
             self._used[row] += need
@@ -885,27 +896,30 @@ class ClusterCache:
         for node, (free, kept) in checked:
             self._devices.place_checked(node, free, ())
             records.update(kept)
-        by_queue: dict[QueueKey, np.ndarray] = {}
+        by_queue: Counter[tuple[QueueKey, Resources]] = Counter()
         queue_of, applied = self._queue_key.get, self._queue_applied
-        for pod, node in order:
-            uid = pod.uid
-            reserved[uid] = node
-            placement[uid] = node
-            record = records.get(uid)
-            if record is not None:
-                self._devices.place_checked(node, None, ((uid, record),))
-                devices[uid] = record.devices
-            key = queue_of(uid)
-            if key is not None:
-                amount = by_queue.get(key)
-                by_queue[key] = vector(pod.requests) + (0 if amount is None else amount)
-                applied[uid] = key
-        for key, amount in by_queue.items():
+        held: list[tuple[str, Held]] = []
+        for node, members in order:
+            for pod in members:
+                uid = pod.uid
+                reserved[uid] = node
+                placement[uid] = node
+                record = records.get(uid)
+                if record is not None:
+                    held.append((uid, record))
+                    devices[uid] = record.devices
+                key = queue_of(uid)
+                if key is not None:
+                    by_queue[key, pod.requests] += 1
+                    applied[uid] = key
+        self._devices.place_checked(None, None, held)
+        for (key, requests), count in by_queue.items():
             before = self._queue_used.get(key)
+            amount = vector(requests) * count
             self._queue_used[key] = amount if before is None else before + amount
         self._generation += end - i - 1  # one generation per operation, as one by one
         self._bump()
-        return end - i
+        return True
 
     def _apply_op(
         self,
@@ -1177,6 +1191,18 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+def _run_end(ops: Sequence[Reserve | Release | Hold], i: int) -> int:
+    """Where the run of plain (not forced) ``Reserve`` operations from ``i`` ends, after at
+    most ``TOGETHER`` of them."""
+    end = i
+    while end < len(ops) and end - i < TOGETHER:
+        op = ops[end]
+        if not isinstance(op, Reserve) or op.force:
+            break
+        end += 1
+    return max(end, i + 1)
 
 
 class Base(NamedTuple):
