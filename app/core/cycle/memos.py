@@ -41,7 +41,8 @@ def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang
         groups.setdefault(key, []).append(pods[uid])
     holds = snapshot.holds_node
     fresh: GangMemo = {}
-    gangs: dict[str, Gang] = {}
+    kept: dict[str, Gang | None] = {}
+    rebuild: list[Pod] = []
     for key, members in groups.items():
         state = tuple(map(holds, members))
         old = memo.get(key)
@@ -51,9 +52,15 @@ def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang
             and len(old[0]) == len(members)
             and all(map(operator.is_, old[0], members))
         ):
-            gang = old[2]
+            kept[key] = old[2]
         else:
-            gang = collect_gangs(members, holds).get(key)
+            rebuild.extend(members)
+        fresh[key] = (members, state, None)
+    # The gangs to rebuild, in one pass (a gang is built from its own members alone).
+    built = collect_gangs(rebuild, holds) if rebuild else {}
+    gangs: dict[str, Gang] = {}
+    for key, (members, state, _) in fresh.items():
+        gang = kept[key] if key in kept else built.get(key)
         fresh[key] = (members, state, gang)
         if gang is not None:
             gangs[key] = replace(gang)  # a copy: the cycle may set ``problem``

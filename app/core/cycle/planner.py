@@ -918,6 +918,10 @@ class Planner:
             done.append(gang.key)
         if taken:
             session.reserve_all(taken)
+        if len(done) == whole:
+            # The domain takes no more gangs of this shape: the next one would try it first
+            # (``DemandMemo.repeat``), find no room and search; it may as well search at once.
+            self._demand.winner = None
         del line[: len(done)]
         return done
 

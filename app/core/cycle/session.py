@@ -19,7 +19,7 @@ import numpy as np
 from app.core.cycle.plans import Eviction, Plan
 from app.core.gpu.ask import GpuAsk, give, take
 from app.core.gpu.ledger import device_count
-from app.core.model.values import Resources
+from app.core.model.values import Pod, Resources
 from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
@@ -119,47 +119,48 @@ class Session:
         views' usage summed per node row once for all of them."""
         self._check_open()
         pods, placement = self.snapshot.pods, self.snapshot.placement
+        assumed, reserved, released = self.snapshot.assumed, self._reserved, self._released
         index, nodes = self._base_free.index, self._base_free.nodes
-        # Per row: the summed requests and the row's devices (added and sliced once per row).
-        rows: dict[int, tuple[Resources, np.ndarray | None]] = {}
+        # Per row: the pods reserved there and the row's devices (sliced once per row).
+        rows: dict[int, tuple[list[Pod], np.ndarray | None]] = {}
         for gang, placements, devices in reservations:
             for uid, node in placements.items():
                 pod = pods[uid]
-                if pod.node_name or uid in self.snapshot.assumed:
+                if pod.node_name or uid in assumed:
                     continue  # it holds its node
-                if uid in self._reserved or (uid in placement and uid not in self._released):
+                if uid in reserved or (uid in placement and uid not in released):
                     if self._node_of(uid) == node:
                         continue
                     self._take_back(uid)  # (usage sums commute: added once at the end)
                 row = index[node]
                 found = rows.get(row)
-                chosen = devices.get(uid, ())
                 if found is None:
-                    free = None
-                    if chosen:
-                        free = self._writable()[1][row, : device_count(nodes[row])]
-                    rows[row] = (pod.requests, free)
-                else:
-                    free = found[1]
-                    if chosen and free is None:
-                        free = self._writable()[1][row, : device_count(nodes[row])]
-                    rows[row] = (found[0] + pod.requests, free)
+                    found = rows[row] = ([], None)
+                found[0].append(pod)
+                chosen = devices.get(uid, ())
                 if chosen:
-                    assert free is not None
+                    free = found[1]
+                    if free is None:
+                        free = self._writable()[1][row, : device_count(nodes[row])]
+                        rows[row] = (found[0], free)
                     take(free, GpuAsk.of(pod), chosen, reported=force)
-                self._reserved[uid] = (node, tuple(chosen))
-                self._released.discard(uid)
+                    reserved[uid] = (node, tuple(chosen))
+                else:
+                    reserved[uid] = (node, ())
+                if released:
+                    released.discard(uid)
             self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
-        self._add(rows)
-        self._changed()
-        self.version += len(reservations) - 1  # one per decision, as one by one
-
-    def _add(self, rows: Mapping[int, tuple[Resources, np.ndarray | None]]) -> None:
-        """Count the summed requests per row (``reserve_all``) in the views' usage."""
         if rows:
             used = self._writable()[0]
-            for row, (amount, _) in rows.items():
-                used[row] += vector(amount)
+            for row, (members, _) in rows.items():
+                first = members[0].requests
+                if all(p.requests == first for p in members):
+                    used[row] += vector(first) * len(members)
+                else:
+                    for p in members:
+                        used[row] += vector(p.requests)
+        self._changed()
+        self.version += len(reservations) - 1  # one per decision, as one by one
 
     def release(self, uids: Iterable[str]) -> None:
         """Give back the room reserved for ``uids`` (pods bound or binding keep their node)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -832,11 +832,10 @@ class ClusterCache:
         the outcome of applying them one by one, none refused. Otherwise, one by one says
         which are refused and why.
         """
-        pods, index, reserved = self._pods, self._index, self._reserved
-        placement, assumed = self._placement, self._assumed
+        pods, index, reserved, placement = self._pods, self._index, self._reserved, self._placement
         rows: dict[int, list[Pod]] = {}
         planned: dict[str, tuple[int, ...]] = {}
-        # As one by one takes them: per operation, per row in the order rows first come.
+        # As one by one takes them: per operation, per node in the order nodes first come.
         order: list[tuple[str, list[Pod]]] = []
         named = 0
         for k in range(i, end):
@@ -845,48 +844,49 @@ class ClusterCache:
             if not op.placements:
                 return False
             planned.update(op.devices)
-            mine: dict[int, list[Pod]] = {}
+            mine: dict[str, list[str]] = {}
             for uid, node in op.placements.items():
-                pod = pods.get(uid)
+                found = mine.get(node)
+                if found is None:
+                    mine[node] = [uid]
+                else:
+                    found.append(uid)
+            for node, named_here in mine.items():
                 row = index.get(node)
-                if (
-                    pod is None
-                    or row is None
-                    or pod.node_name
-                    or uid in assumed
-                    or uid in reserved
-                    or uid in placement
-                ):
-                    return False
-                found = mine.get(row)
-                if found is None:
-                    mine[row] = [pod]
+                looked = [pods.get(uid) for uid in named_here]
+                if row is None or not all(p is not None and not p.node_name for p in looked):
+                    return False  # a node or pod gone, or a pod bound
+                here = cast(list[Pod], looked)
+                order.append((node, here))
+                found_pods = rows.get(row)
+                if found_pods is None:
+                    rows[row] = list(here)
                 else:
-                    found.append(pod)
-            for row, members in mine.items():
-                order.append((self._nodes[row].name, members))
-                found = rows.get(row)
-                if found is None:
-                    rows[row] = list(members)
-                else:
-                    found.extend(members)
+                    found_pods.extend(here)
             named += len(op.placements)
-        uids = {pod.uid for _, members in order for pod in members}
-        if len(uids) != named or not planned.keys() <= uids or self._devices.holds_any(uids):
-            return False  # a pod named twice, devices for a pod not reserved here, or a move
+        uids = {pod.uid for _, members_at in order for pod in members_at}
+        if (
+            len(uids) != named  # a pod named twice
+            or not planned.keys() <= uids  # devices for a pod not reserved here
+            or not uids.isdisjoint(self._assumed)  # binding
+            or not uids.isdisjoint(reserved)  # a move, or nothing to do
+            or not uids.isdisjoint(placement)
+            or self._devices.holds_any(uids)
+        ):
+            return False
         sums: dict[int, np.ndarray] = {}
         checked = []
-        for row, members in rows.items():
-            first = members[0].requests
-            if all(p.requests == first for p in members):
-                need = vector(first) * len(members)
+        for row, on_row in rows.items():
+            first = on_row[0].requests
+            if all(p.requests == first for p in on_row):
+                need = vector(first) * len(on_row)
             else:
-                need = sum((vector(p.requests) for p in members), np.zeros(_R, np.int64))
+                need = sum((vector(p.requests) for p in on_row), np.zeros(_R, np.int64))
             if (need > self._alloc[row] - self._used[row]).any():
                 return False
             sums[row] = need
             node = self._nodes[row].name
-            fit = self._devices.check_planned(node, members, planned)
+            fit = self._devices.check_planned(node, on_row, planned)
             if fit is None:
                 return False
             checked.append((node, fit))
