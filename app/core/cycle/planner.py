@@ -50,16 +50,17 @@ from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.queues import QueueConfig
+from app.core.model.runtime import PodFact
 from app.core.model.status import SUCCESS, Status
-from app.core.model.values import Pod
+from app.core.model.values import Pod, Resources
 from app.core.policies.drf import order_key
 from app.core.policies.gangorder import LongestFirst
 from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
-from app.core.policies.registry import constraint_of, scorer
+from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
-from app.core.state.domains import DEFAULT_KEYS, ask_of, tree_for
+from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
@@ -857,9 +858,8 @@ class Planner:
         first = _alike_core(placed)
         if first is None:
             return []
-        core, shape = first
-        ask, problem = ask_of(placed.members)
-        if problem or decides != (ask, self._strategy):
+        core, shape, ask = first
+        if decides != (ask, self._strategy):
             return []
         view = session.view()
         tree = tree_for(view.table, self._topology_keys)
@@ -876,7 +876,7 @@ class Planner:
         run: list[tuple[Gang, list[Pod]]] = []
         for gang in line[:whole]:
             alike = _alike_core(gang)
-            if alike is None or alike[1] != shape or ask_of(gang.members) != (ask, ""):
+            if alike is None or alike[1] != shape:
                 break
             run.append((gang, alike[0]))
         if not run:
@@ -1215,23 +1215,34 @@ def _turn(by_queue: dict[str, list[Gang]], usage: QueueUsage, config: QueueConfi
     return min(by_queue, key=lambda q: (order_key(usage, q) if q in config.queues else (), q))
 
 
-def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...]] | None:
-    """A gang's core members when none is bound, it has no problem, and they are all alike
-    (one requests, node constraints and whole-GPU or no ask), with what makes them alike
-    (their number first); ``None`` otherwise (see ``Planner._plan_run``)."""
+def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...], Ask | None] | None:
+    """A gang's core members when none is bound, it has no problem, and every member is
+    alike (one requests, node constraints, whole-GPU or no ask, and topology ask), with what
+    makes them alike (their number first) and their topology ask; ``None`` otherwise (see
+    ``Planner._plan_run``)."""
     if gang.problem or gang.bound or gang.min_member <= 0:
         return None
-    if len(gang.members) < gang.min_member:
+    members = gang.members
+    if len(members) < gang.min_member:
         return None
-    core = gang.pending[: gang.min_member]
-    head = core[0]
-    requests, constraint, gpu = head.requests, constraint_of(head), GpuAsk.of(head)
-    if gpu.shared:
-        return None
-    for pod in core[1:]:
-        if pod.requests != requests or GpuAsk.of(pod) != gpu or constraint_of(pod) != constraint:
+    shape_of = _SHAPES.of
+    shape = shape_of(members[0])
+    if shape[2].shared or shape[3][1]:
+        return None  # a GPU share, or members that contradict each other's topology ask
+    for pod in members[1:]:
+        if shape_of(pod) != shape:
             return None
-    return core, (len(core), requests, constraint, gpu)
+    return gang.pending[: gang.min_member], (gang.min_member, *shape), shape[3][0]
+
+
+def _member_shape(pod: Pod) -> tuple[Resources, Constraint, GpuAsk, tuple[Ask | None, str]]:
+    """What makes members alike for ``_alike_core`` (their topology ask as ``ask_of`` of the
+    pod alone: members with the same one have it as their gang's ask)."""
+    return pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+
+
+#: ``_member_shape`` per pod object.
+_SHAPES = PodFact(_member_shape)
 
 
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
