@@ -233,6 +233,7 @@ class DeviceLedger:
             return None
         free = self._row(i).copy()
         records: list[tuple[str, Held]] = []
+        whole: list[int] = []  # devices of one-GPU whole asks: checked together below
         for pod in pods:
             ask = GpuAsk.of(pod)
             if not ask.count:
@@ -242,11 +243,23 @@ class DeviceLedger:
             devices = planned.get(pod.uid)
             if devices is None:
                 return None
-            try:
-                take(free, ask, devices)
-            except GpuOvercommit:
-                return None
+            if ask.count == 1 and ask.milli == MILLI and len(devices) == 1:
+                whole.append(devices[0])
+            else:
+                try:
+                    take(free, ask, devices)
+                except GpuOvercommit:
+                    return None
             records.append((pod.uid, Held(node, ask, tuple(devices))))
+        if whole:
+            # Each is taken whole in its turn: every one a different device, fully free now
+            # (and not taken by the other asks above, which ``free`` shows).
+            if len(set(whole)) != len(whole) or not all(0 <= d < len(free) for d in whole):
+                return None
+            at = np.asarray(whole, dtype=np.int64)
+            if not (free[at] == MILLI).all():
+                return None
+            free[at] = 0
         return free, records
 
     def place_checked(
