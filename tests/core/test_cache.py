@@ -458,3 +458,37 @@ def test_runs_are_reserved_together(monkeypatch: pytest.MonkeyPatch) -> None:
         _applied_state(seed, None)
     assert outcomes.count(True) >= 15
     assert outcomes.count(False) >= 20
+
+
+def test_a_device_planned_twice_in_a_run_is_refused_for_the_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two plans in one run name the same free device of one node: the first holds it, the
+    second is refused, as one by one (the run is checked together first)."""
+    states = []
+    for alone in (False, True):
+        cache = ClusterCache()
+        cache.upsert_nodes([node("n0", gpus=8), node("n1", gpus=8)])
+        cache.upsert_pods([pod(f"p{i}", uid=f"p{i}", gpu=1) for i in range(4)])
+        statement = Statement(
+            [
+                Reserve("a", {"p0": "n0", "p1": "n1"}, {"p0": (3,), "p1": (0,)}),
+                Reserve("b", {"p2": "n0", "p3": "n1"}, {"p2": (3,), "p3": (1,)}),
+            ],
+            base=cache.generation,
+        )
+        with monkeypatch.context() as patched:
+            if alone:
+                patched.setattr(ClusterCache, "_reserve_together", lambda *args: False)
+            applied = cache.apply(statement)
+        assert list(applied.refused) == [1]
+        assert "device 3" in str(applied.refused[1])
+        states.append(
+            (
+                dict(applied.devices),
+                cache.view().gpu_free.tolist(),
+                sorted(cache.snapshot().reserved),
+            )
+        )
+    assert states[0] == states[1]
+    assert states[0][0] == {"p0": (3,), "p1": (0,)}

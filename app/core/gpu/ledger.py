@@ -262,6 +262,62 @@ class DeviceLedger:
             free[at] = 0
         return free, records
 
+    def check_run(
+        self, groups: Sequence[tuple[str, Sequence[Pod]]], planned: Mapping[str, Sequence[int]]
+    ) -> RunCheck | None:
+        """``check_planned`` for each ``(node, pods)`` of ``groups`` (distinct nodes), the
+        usual one-GPU whole asks of all of them checked in one step; for ``place_run``."""
+        index, counts = self._index, self._counts
+        rows: list[int] = []
+        devices: list[int] = []
+        records: list[tuple[str, Held]] = []
+        rest: list[tuple[str, tuple[np.ndarray, list[tuple[str, Held]]]]] = []
+        for node, pods in groups:
+            i = index.get(node)
+            if i is None:
+                return None
+            mark = (len(rows), len(records))
+            for pod in pods:
+                ask = GpuAsk.of(pod)
+                if not ask.count:
+                    if pod.uid in planned:
+                        return None  # devices for a pod that asks for none: ``check_all`` says
+                    continue
+                chosen = planned.get(pod.uid)
+                if chosen is None:
+                    return None
+                if ask.count == 1 and ask.milli == MILLI and len(chosen) == 1:
+                    d = chosen[0]
+                    if not 0 <= d < counts[i]:
+                        return None
+                    rows.append(i)
+                    devices.append(d)
+                    records.append((pod.uid, Held(node, ask, (d,))))
+                else:
+                    break
+            else:
+                continue
+            # Another kind of ask on this node: its pods are checked one after another.
+            del rows[mark[0] :], devices[mark[0] :], records[mark[1] :]
+            fit = self.check_planned(node, pods, planned)
+            if fit is None:
+                return None
+            rest.append((node, fit))
+        if rows:
+            width = self._free.shape[1]
+            cells = np.asarray(rows, dtype=np.int64) * width + np.asarray(devices, dtype=np.int64)
+            if len(np.unique(cells)) != len(cells) or not (self._free.flat[cells] == MILLI).all():
+                return None  # a device taken twice, or not fully free
+        return RunCheck(rows, devices, records, rest)
+
+    def place_run(self, checked: RunCheck) -> None:
+        """Carry out ``check_run``'s answer (nothing else changed those nodes since); the
+        records are written by ``place_checked`` (in the order ``place`` would make them)."""
+        if checked.rows:
+            self._free[checked.rows, checked.devices] = 0
+        for node, (free, _) in checked.rest:
+            self._row(self._index[node])[:] = free
+
     def place_checked(
         self, node: str | None, free: np.ndarray | None, records: Iterable[tuple[str, Held]]
     ) -> None:
@@ -292,6 +348,23 @@ class DeviceLedger:
     def holders(self) -> dict[str, Held]:
         """Every pod's record, by uid (a copy)."""
         return dict(self._held)
+
+
+class RunCheck(NamedTuple):
+    """``DeviceLedger.check_run``'s answer: one-GPU whole asks by (row, device), every
+    record made, and the nodes checked one pod after another (``check_planned``)."""
+
+    rows: list[int]
+    devices: list[int]
+    records: list[tuple[str, Held]]
+    rest: list[tuple[str, tuple[np.ndarray, list[tuple[str, Held]]]]]
+
+    def all_records(self) -> list[tuple[str, Held]]:
+        """Every record, those of ``rest`` too."""
+        out = list(self.records)
+        for _, (_, kept) in self.rest:
+            out.extend(kept)
+        return out
 
 
 def _declared(pod: Pod | None) -> bool:

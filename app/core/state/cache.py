@@ -874,28 +874,25 @@ class ClusterCache:
             or self._devices.holds_any(uids)
         ):
             return False
-        sums: dict[int, np.ndarray] = {}
-        checked = []
-        for row, on_row in rows.items():
-            first = on_row[0].requests
-            if all(p.requests == first for p in on_row):
-                need = vector(first) * len(on_row)
-            else:
-                need = sum((vector(p.requests) for p in on_row), np.zeros(_R, np.int64))
-            if (need > self._alloc[row] - self._used[row]).any():
-                return False
-            sums[row] = need
-            node = self._nodes[row].name
-            fit = self._devices.check_planned(node, on_row, planned)
-            if fit is None:
-                return False
-            checked.append((node, fit))
-        for row, need in sums.items():
-            self._used[row] += need
-        records: dict[str, Held] = {}
-        for node, (free, kept) in checked:
-            self._devices.place_checked(node, free, ())
-            records.update(kept)
+        at = np.fromiter(rows, dtype=np.int64, count=len(rows))
+        first = next(iter(rows.values()))[0].requests
+        if all(p.requests == first for on_row in rows.values() for p in on_row):
+            many = np.fromiter(map(len, rows.values()), dtype=np.int64, count=len(rows))
+            need = many[:, None] * vector(first)
+        else:
+            need = np.array([sum((vector(p.requests) for p in on_row), np.zeros(_R, np.int64))
+                             for on_row in rows.values()])  # fmt: skip
+        if (need > self._alloc[at] - self._used[at]).any():
+            return False
+        nodes = self._nodes
+        checked = self._devices.check_run(
+            [(nodes[row].name, on_row) for row, on_row in rows.items()], planned
+        )
+        if checked is None:
+            return False
+        self._used[at] += need  # rows are distinct
+        self._devices.place_run(checked)
+        records = dict(checked.all_records())
         # In the order one by one makes them (dict updates in bulk: thousands of pods).
         flat = [(pod.uid, node) for node, members in order for pod in members]
         reserved.update(flat)
