@@ -868,9 +868,10 @@ class ClusterCache:
         if (
             len(uids) != named  # a pod named twice
             or not planned.keys() <= uids  # devices for a pod not reserved here
-            or not uids.isdisjoint(self._assumed)  # binding
-            or not uids.isdisjoint(reserved)  # a move, or nothing to do
-            or not uids.isdisjoint(placement)
+            # (dict views iterate the smaller side: the dicts hold every pod placed)
+            or not self._assumed.keys().isdisjoint(uids)  # binding
+            or not reserved.keys().isdisjoint(uids)  # a move, or nothing to do
+            or not placement.keys().isdisjoint(uids)
             or self._devices.holds_any(uids)
         ):
             return False
