@@ -3,7 +3,10 @@ long."""
 
 from __future__ import annotations
 
-from app.core.cycle.memos import MEMO_VALUES, SnapshotMemo
+import dataclasses
+
+from app.core.cycle.memos import MEMO_VALUES, SnapshotMemo, _copy
+from app.core.model.gang import Gang
 from app.core.state.cache import ClusterCache
 from tests.factories import node, pod
 
@@ -50,3 +53,16 @@ def test_a_full_memo_drops_its_oldest_values_only() -> None:
     newest = MEMO_VALUES + 9
     assert memo.steady(snapshot, newest, lambda: -1) == newest
     assert memo.steady(snapshot, 0, lambda: -1) == -1  # the oldest went
+
+
+def test_a_gang_copy_has_every_field() -> None:
+    """``gangs_of`` copies each gang field by field: a field added to ``Gang`` must be
+    copied too."""
+    values = {
+        f.name: (f"v-{f.name}" if f.type in ("str", "str | None") else object())
+        for f in dataclasses.fields(Gang)
+    }
+    gang = Gang(**values)  # type: ignore[arg-type]
+    copied = _copy(gang)
+    assert copied is not gang
+    assert all(getattr(copied, f.name) is getattr(gang, f.name) for f in dataclasses.fields(Gang))

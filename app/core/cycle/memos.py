@@ -8,7 +8,6 @@ import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from app.core.actions.allocate_in_domain import TopologyAllocation
@@ -63,10 +62,28 @@ def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang
         gang = kept[key] if key in kept else built.get(key)
         fresh[key] = (members, state, gang)
         if gang is not None:
-            gangs[key] = replace(gang)  # a copy: the cycle may set ``problem``
+            gangs[key] = _copy(gang)  # a copy: the cycle may set ``problem``
     memo.clear()
     memo.update(fresh)
     return gangs
+
+
+def _copy(gang: Gang) -> Gang:
+    """``dataclasses.replace(gang)`` (a shallow copy), without its per-field introspection
+    (a cycle copies every gang)."""
+    return Gang(
+        namespace=gang.namespace,
+        name=gang.name,
+        members=gang.members,
+        min_member=gang.min_member,
+        max_member=gang.max_member,
+        timeout=gang.timeout,
+        problem=gang.problem,
+        bound=gang.bound,
+        pending=gang.pending,
+        group=gang.group,
+        conflicts=gang.conflicts,
+    )
 
 
 class QueueNames:
