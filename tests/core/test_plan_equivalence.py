@@ -233,6 +233,7 @@ def runs_cluster(seed: int) -> tuple[list[Node], list[Pod], tuple[int, int]]:
                 "annotations": annotations,
                 "selector": {"pool": "a"} if rng.random() < 0.1 else None,
                 "extra": rng.random() < 0.2,
+                "priority": rng.choice([0, 0, 10]),
             }
         )
     g = 0
@@ -246,7 +247,8 @@ def runs_cluster(seed: int) -> tuple[list[Node], list[Pod], tuple[int, int]]:
             pods += [
                 pod(f"g{g}-{m}", uid=f"g{g}-{m}", gpu=shape["gpu"], cpu=shape["cpu"],
                     labels=labels, annotations=shape["annotations"],
-                    node_selector=shape["selector"], created=float(g))
+                    node_selector=shape["selector"], priority=shape["priority"],
+                    created=float(g))
                 for m in range(count)
             ]  # fmt: skip
             g += 1

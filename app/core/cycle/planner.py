@@ -1016,6 +1016,9 @@ class Planner:
     ) -> tuple[bool, Reservation | None]:
         """Plan ``gang``'s missing core members; returns whether it got a plan, and the room
         held for it when it is ``first`` in line and blocked."""
+        # Set again only when this gang is placed inside one domain (what ``_plan_run``
+        # follows): not when a failure is replayed, nor when preemption makes room.
+        self._demand.last = None
         if gang.problem:
             self._reasons[gang.key] = gang.problem
             return False, None

@@ -123,6 +123,7 @@ class Session:
         index, nodes = self._base_free.index, self._base_free.nodes
         # Per row: the pods reserved there and the row's devices (sliced once per row).
         rows: dict[int, tuple[list[Pod], np.ndarray | None]] = {}
+        ask_of, ops = GpuAsk.of, self.statement.ops
         for gang, placements, devices in reservations:
             for uid, node in placements.items():
                 pod = pods[uid]
@@ -137,19 +138,19 @@ class Session:
                 if found is None:
                     found = rows[row] = ([], None)
                 found[0].append(pod)
-                chosen = devices.get(uid, ())
+                chosen = devices.get(uid)
                 if chosen:
                     free = found[1]
                     if free is None:
                         free = self._writable()[1][row, : device_count(nodes[row])]
                         rows[row] = (found[0], free)
-                    take(free, GpuAsk.of(pod), chosen, reported=force)
+                    take(free, ask_of(pod), chosen, reported=force)
                     reserved[uid] = (node, tuple(chosen))
                 else:
                     reserved[uid] = (node, ())
                 if released:
                     released.discard(uid)
-            self.statement.ops.append(Reserve(gang, dict(placements), dict(devices), force))
+            ops.append(Reserve(gang, dict(placements), dict(devices), force))
         if rows:
             used = self._writable()[0]
             for row, (members, _) in rows.items():
