@@ -115,6 +115,8 @@ class DemandMemo:
         #: whether their usage only grew.
         self._changed: np.ndarray | None = None
         self._grew = False
+        #: The view and key ``peek`` last compared (its answer is ``_changed``).
+        self._peeked: tuple[NodeView, tuple[object, ...]] | None = None
         #: ``(level, domain, what else decides)`` of the last placement of this shape, when
         #: that domain came first in the search by strictly the fewest GPUs left (``_best``).
         self.winner: tuple[int, int, object] | None = None
@@ -140,16 +142,22 @@ class DemandMemo:
         """The rows whose usage differs from the kept columns' for ``kinds`` on ``view`` (None:
         the kept columns are for something else, or too much changed: computed afresh then);
         ``repeat`` answers from them."""
-        self._changed = None
+        key = (view.table, tree, tuple(kinds.items()))
+        if self._peeked is not None and self._peeked[0] is view and self._peeked[1] == key:
+            # Asked again about the same view (the search after the gang's first look): a
+            # session makes a new view for every change (its arrays are written in place).
+            return self._changed
+        self._changed, self._peeked = None, None
         if self._kept is None or self._used.shape != view.used.shape:
             return None
-        if (view.table, tree, tuple(kinds.items())) != self._key:
+        if key != self._key:
             return None
         changed = np.flatnonzero(~rows_all(view.used == self._used))
         if len(changed) > self.REBUILD * len(view.nodes):
             return None
         self._changed = changed
         self._grew = bool((view.used[changed] >= self._used[changed]).all())
+        self._peeked = (view, key)
         return changed
 
     def columns(
@@ -166,9 +174,10 @@ class DemandMemo:
                 self._used[changed] = view.used[changed]
                 for level, sums in level_sums.items():
                     np.add.at(sums, tree.ids[level, changed], delta)
+                self._peeked = None  # the kept usage is the view's now
             return columns, level_sums
         columns = _columns(view, masks, kinds, None)
-        self.winner = None
+        self.winner, self._peeked = None, None
         self._key, self._used = (view.table, tree, tuple(kinds.items())), view.used.copy()
         self._kept = (columns, {})
         return self._kept
