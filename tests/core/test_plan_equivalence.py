@@ -279,7 +279,7 @@ def test_runs_of_mixed_alike_gangs_plan_as_one_by_one(
 
 def test_runs_are_planned_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison above means something: many gangs of those clusters are planned in
-    runs (393 in 56 runs when written)."""
+    runs (397 in 107 runs when written)."""
     taken: list[int] = []
     run = Planner._plan_run
 
