@@ -22,6 +22,7 @@ from app.core.gpu.ledger import Held
 from app.core.model.runtime import declared_runtime, expected_end
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.state.cache import Releases, Snapshot
+from app.core.state.diff import changed_pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class EndingMemo:
     tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     #: Held by ``ending`` while it reads and updates the memo (explains run in parallel).
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The last answer for all rows: the snapshot, ``planned_start_now``, the answer and the
+    #: uids in it. A later snapshot whose changed pods all keep their entries (or stay out)
+    #: gets that very answer (so what is kept by its identity stays valid).
+    last: tuple[Snapshot, bool, Ending, frozenset[str]] | None = None
 
     def shape(self, requests: Resources, devices: tuple[int, ...], milli: int) -> int:
         """The number of this release shape."""
@@ -114,37 +119,89 @@ def _ending(snapshot: Snapshot, now: float, default_runtime: float, within: np.n
     view = snapshot.view
     if memo.table is not view.table or memo.default_runtime != default_runtime:
         memo.table, memo.default_runtime, memo.entries = view.table, default_runtime, {}
+        memo.last = None
     kept = memo.entries
     if len(kept) > 2 * len(snapshot.pods) + 1024 or len(memo.shapes) > 4096:
         kept.clear()  # uids of gone pods pile up
-        memo.shapes, memo.tables = {}, None
-    placement, index, devices = snapshot.placement, view.index, snapshot.devices
-    bound_at, reserved = snapshot.bound_at, snapshot.reserved
+        memo.shapes, memo.tables, memo.last = {}, None, None
+    last = memo.last
+    if (
+        within is None
+        and last is not None
+        and last[1] == planned_start_now
+        and last[2].timeless
+        and _unchanged(last[0], snapshot, last[3], now, planned_start_now, memo)
+    ):
+        memo.last = (snapshot, planned_start_now, last[2], last[3])
+        return last[2]
     found: list[EndingEntry] = []
     timeless = True
-    for uid, pod in snapshot.pods.items():
-        node = placement.get(uid)
-        if not node or pod.terminal:
-            continue
-        if not (snapshot.holds_node(pod) or (planned_start_now and uid in reserved)):
-            continue
-        row = index.get(node)
-        if row is None or (within is not None and not within[row]):
-            continue
-        started = pod.started or bound_at.get(uid)
-        if started is None:
-            started, timeless = now, False
-        held = devices.get(uid)
-        entry = kept.get(uid)
-        if (entry is None or entry[0] is not pod or entry[1] != started or entry[2] != node
-                or entry[3] is not held):  # fmt: skip
-            ids = held.devices if held is not None and held.node == node else ()
-            shape = memo.shape(pod.requests, ids, held.ask.milli if ids and held else 0)
-            end = expected_end(pod, started, default_runtime)
-            entry = kept[uid] = (pod, started, node, held, end, row, shape)
-        found.append(entry)
+    for uid in snapshot.pods:
+        entry, stamped = _entry(snapshot, uid, now, within, planned_start_now, memo)
+        if entry is not None:
+            found.append(entry)
+            timeless = timeless and not stamped
     found.sort(key=itemgetter(4))
-    return Ending([e[4] for e in found], _releases(found, memo), timeless)
+    out = Ending([e[4] for e in found], _releases(found, memo), timeless)
+    if within is None:
+        memo.last = (snapshot, planned_start_now, out, frozenset(e[0].uid for e in found))
+    return out
+
+
+#: Changed pods beyond this many: ``ending`` reads every pod again.
+_FEW_CHANGES = 64
+
+
+def _unchanged(old: Snapshot, new: Snapshot, uids: frozenset[str], now: float,
+               planned_start_now: bool, memo: EndingMemo) -> bool:  # fmt: skip
+    """Whether every pod that differs between ``old`` and ``new`` has the same end, row and
+    release shape in both (or counts in neither), and none reads the clock; ``uids``: the
+    pods ``old``'s answer holds. Entries of the changed pods are brought up to date."""
+    changed = changed_pods(old, new)
+    if changed is None or len(changed) > _FEW_CHANGES:
+        return False
+    for uid in changed:
+        before = memo.entries.get(uid) if uid in uids else None
+        after, stamped = _entry(new, uid, now, None, planned_start_now, memo)
+        if stamped or (before is None) != (after is None):
+            return False
+        if before is not None and after is not None and before[4:] != after[4:]:
+            return False
+    return True
+
+
+def _entry(
+    snapshot: Snapshot,
+    uid: str,
+    now: float,
+    within: np.ndarray | None,
+    planned_start_now: bool,
+    memo: EndingMemo,
+) -> tuple[EndingEntry | None, bool]:
+    """Pod ``uid``'s entry in ``ending``'s order (None: it holds no room there), and whether
+    its start is ``now`` (it has none yet: its end reads the clock)."""
+    pod = snapshot.pods.get(uid)
+    node = snapshot.placement.get(uid)
+    if pod is None or not node or pod.terminal:
+        return None, False
+    if not (snapshot.holds_node(pod) or (planned_start_now and uid in snapshot.reserved)):
+        return None, False
+    row = snapshot.view.index.get(node)
+    if row is None or (within is not None and not within[row]):
+        return None, False
+    started = pod.started or snapshot.bound_at.get(uid)
+    stamped = started is None
+    if started is None:
+        started = now
+    held = snapshot.devices.get(uid)
+    entry = memo.entries.get(uid)
+    if (entry is None or entry[0] is not pod or entry[1] != started or entry[2] != node
+            or entry[3] is not held):  # fmt: skip
+        ids = held.devices if held is not None and held.node == node else ()
+        shape = memo.shape(pod.requests, ids, held.ask.milli if ids and held else 0)
+        end = expected_end(pod, started, memo.default_runtime)
+        entry = memo.entries[uid] = (pod, started, node, held, end, row, shape)
+    return entry, stamped
 
 
 def _releases(found: Sequence[EndingEntry], memo: EndingMemo) -> Releases:

@@ -84,27 +84,74 @@ def running_units(
     for uid, pod in snapshot.pods.items():
         if uid in in_gangs or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
             continue
-        start = start_of(pod)
-        hit = lone.get(uid) if lone is not None else None
-        if hit is not None and hit[0] is pod and hit[1] == start:
-            unit, seconds = hit[2], hit[3]
-        else:
-            queue = queue_of(pod)
-            if queue is None:
-                unit, seconds = None, 0.0
-            else:
-                seconds = protection.seconds([pod], queue, gang=False)
-                unit = Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start)
-            if lone is not None:
-                lone[uid] = (pod, start, unit, seconds)
+        unit, seconds = _lone(pod, start_of(pod), queue_of, protection, lone)
         if unit is None:
             continue
-        if now - start < seconds:
+        if now - unit.started < seconds:
             if protected_until is not None:
-                protected_until.append(start + seconds)
+                protected_until.append(unit.started + seconds)
             continue
         units.append(unit)
     return units
+
+
+def _lone(pod: Pod, start: float, queue_of: Callable[[Pod], str | None],
+          protection: Protection, lone: LoneMemo | None) -> tuple[Unit | None, float]:  # fmt: skip
+    """The unit of ``pod`` running on its own since ``start`` (None: it has no queue) and its
+    protection in seconds, from ``lone`` when found there for the same pod and start."""
+    hit = lone.get(pod.uid) if lone is not None else None
+    if hit is not None and hit[0] is pod and hit[1] == start:
+        return hit[2], hit[3]
+    queue = queue_of(pod)
+    if queue is None:
+        unit, seconds = None, 0.0
+    else:
+        seconds = protection.seconds([pod], queue, gang=False)
+        unit = Unit(f"pod:{pod.key}", queue, (pod,), pod.priority, False, start)
+    if lone is not None:
+        lone[pod.uid] = (pod, start, unit, seconds)
+    return unit, seconds
+
+
+#: What a lone pod is in ``running_units`` at some instant: nothing (not running on its own,
+#: or without a queue), protected until a time, or its unit.
+LoneState = tuple[str, float, "Unit | None"]
+
+
+def lone_state(
+    snapshot: Snapshot,
+    uid: str,
+    queue_of: Callable[[Pod], str | None],
+    *,
+    now: float,
+    protection: Protection,
+    lone: LoneMemo | None = None,
+) -> LoneState:
+    """What pod ``uid`` (not a gang member) adds to ``running_units(snapshot, ...)`` at
+    ``now``: ``("none", 0, None)``, ``("young", until, None)`` or ``("unit", 0, unit)``."""
+    pod = snapshot.pods.get(uid)
+    if pod is None or pod.terminal or pod.deleting or not snapshot.holds_node(pod):
+        return ("none", 0.0, None)
+    start = pod.started or (snapshot.bound_at.get(uid, now) if uid in snapshot.placement else now)
+    unit, seconds = _lone(pod, start, queue_of, protection, lone)
+    if unit is None:
+        return ("none", 0.0, None)
+    if now - start < seconds:
+        return ("young", start + seconds, None)
+    return ("unit", 0.0, unit)
+
+
+def same_unit(a: Unit, b: Unit) -> bool:
+    """Whether ``a`` and ``b`` are alike to every victim search: key, queue, priority, kind,
+    start, and each pod's uid and requests (where pods sit is the snapshot's to say)."""
+    facts = (a.key, a.queue, a.priority, a.elastic, a.started)
+    return (
+        facts == (b.key, b.queue, b.priority, b.elastic, b.started)
+        and len(a.pods) == len(b.pods)
+        and all(
+            p.uid == q.uid and p.requests == q.requests for p, q in zip(a.pods, b.pods, strict=True)
+        )
+    )
 
 
 #: Per uid, for a pod on its own: the pod object and start it was found for, its unit (None:

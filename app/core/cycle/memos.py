@@ -184,6 +184,7 @@ class SnapshotMemo:
         self._lasting: dict[Hashable, object] = {}
         self._steady_scope: object = None
         self._steady: dict[Hashable, tuple[tuple[object, ...], object]] = {}
+        self._across: dict[Hashable, tuple[tuple[object, ...], object]] = {}
 
     def get(self, snapshot: Snapshot, key: Hashable, make: Callable[[], T]) -> T:
         """The value of ``key`` for ``snapshot``, made by ``make()`` the first time."""
@@ -241,6 +242,25 @@ class SnapshotMemo:
                 self._steady_scope, self._steady = scope, {}
             _trim(self._steady)
             self._steady[key] = (tuple(same), value)
+
+    def across(self, key: Hashable, make: Callable[[], T], *, same: Sequence[object]) -> T:
+        """The value of ``key``, made by ``make()`` from the objects ``same`` alone (compared
+        by identity: immutable inputs such as a node view, an ``Ending`` or pods) and from
+        what ``key`` says: kept across snapshots, placed generations included, while those
+        are the very same objects."""
+        with self._lock:
+            hit = self._across.get(key)
+            if hit is not None and _identical(hit[0], same):
+                return cast(T, hit[1])
+        value = make()
+        self.put_across(key, value, same=same)
+        return value
+
+    def put_across(self, key: Hashable, value: object, *, same: Sequence[object]) -> None:
+        """Keep ``value`` for ``key`` as ``across`` does (replacing what was kept)."""
+        with self._lock:
+            _trim(self._across)
+            self._across[key] = (tuple(same), value)
 
     def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
         """Keep ``value`` for ``key`` (replacing what was kept) while ``snapshot`` is current."""

@@ -32,7 +32,14 @@ import numpy as np
 from app.core.actions.allocate import allocate
 from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
 from app.core.actions.backfill import Ending, EndingMemo, ending, may_backfill, reserve_for
-from app.core.actions.victims import LoneMemo, Unit, freed, running_units
+from app.core.actions.victims import (
+    LoneMemo,
+    Unit,
+    freed,
+    lone_state,
+    running_units,
+    same_unit,
+)
 from app.core.cycle.describe import gang_state
 from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
@@ -48,6 +55,7 @@ from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.proportion import admit, borrowable
 from app.core.policies.registry import check_reasons, constraint_of, eligible
 from app.core.state.cache import NodeView, Snapshot, without
+from app.core.state.diff import changed_pods
 from app.core.state.domains import Ask, ask_of, tree_for
 from app.core.state.queueusage import demand_of, queue_name
 from app.core.verbs.filter import filter_nodes
@@ -631,13 +639,17 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
             horizon = o.now if start <= o.now else min(horizon, start)
         return o.now, horizon, occupants
 
-    key = ("line", owner if head is not None else "", tuple(g.key for g in ahead))
-    # The replay reads nodes and placed pods, and the members of the gangs in it.
+    key = ("line", owner if head is not None else "", tuple(g.key for g in ahead),
+           o.default_runtime, o.strategy)  # fmt: skip
+    # The replay reads the view, the running pods' order by end (kept as the same objects
+    # while the pods that hold room keep their rows, ends and releases) and the members of
+    # the gangs in it.
     members = [p for g in [*([head] if head is not None else []), *ahead] for p in g.members]
-    made, horizon, occupants = o.kept.steady(o.session.snapshot, key, chain, same=members)
+    inputs = [view, order, *members]
+    made, horizon, occupants = o.kept.across(key, chain, same=inputs)
     if not (made == o.now or made < o.now < horizon):
         made, horizon, occupants = chain()
-        o.kept.put_steady(o.session.snapshot, key, (made, horizon, occupants), same=members)
+        o.kept.put_across(key, (made, horizon, occupants), same=inputs)
 
     def start() -> float | None:
         found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy,
@@ -646,7 +658,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-    found = o.kept.steady(o.session.snapshot, (*key, shape), start, same=[*members, occupants])
+    found = o.kept.across((*key, shape), start, same=[*inputs, occupants])
     return None if found is None else max(found, o.now)
 
 
@@ -662,13 +674,18 @@ def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
         # Alike jobs free alike: kept per shape while the running pods are unchanged (a start
         # before ``now`` means ``now``, so an earlier answer stays right), unless some end
         # reads the clock (a planned pod starts "now": its end moves with the clock).
-        if not _ending(o, snapshot).timeless:
+        order = _ending(o, snapshot)
+        if not order.timeless:
             start = _reserved_start(o, job, snapshot)
         else:
+            # It reads ``view`` (the view without holds, plus the holds in the key) and the
+            # order by end: kept while those are the same objects.
             shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-            key = ("free at", _view_key(o, view), shape)
-            start = o.kept.steady(
-                o.session.snapshot, key, lambda: _reserved_start(o, job, snapshot)
+            key = ("free at", _view_key(o, view), shape, o.default_runtime, o.strategy)
+            start = o.kept.across(
+                key,
+                lambda: _reserved_start(o, job, snapshot),
+                same=[o.session.backfill_view(), order],
             )
         return None if start is None else max(start, o.now)
     return _reserved_start(o, job, snapshot, domains)
@@ -930,18 +947,48 @@ def _shape_fixes(o: Outlook, view: NodeView, job: Job) -> list[Fix]:
 
 def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     """The lowest priority (of six tried) that would evict some running units for ``job``;
-    kept per shape of job while the cache and the running units are unchanged."""
-    units, since = _units(o)
+    kept per shape of job while the node view, the running units and queue usage are the
+    same."""
+    units = _units(o)
     shape = tuple((p.requests, constraint_of(p), p.priority) for p in job.core)
-    # It reads the running units (found at ``since``), node usage and queue usage (placed
-    # pods and the queue config): kept while those stay (``SnapshotMemo.steady``).
-    key = ("priority fix", since, id(o.config), queue, shape)
-    return o.kept.steady(o.session.snapshot, key, lambda: _find_priority_fix(o, job, queue, units))
+    # It reads the running units (found at ``since``; ``token`` stays while they are alike),
+    # the view without holds (the same object while no pod moved, came, went or changed its
+    # requests or devices: so where each unit's pods sit is the same too), queue usage and
+    # the queue config.
+    used = tuple(sorted((k, v.tobytes()) for k, v in o.usage.used.items()))
+    key = ("priority fix", units.since, id(o.config), queue, shape, used, o.strategy)
+    return o.kept.across(
+        key,
+        lambda: _find_priority_fix(o, job, queue, units.units),
+        same=[units.token, o.session.backfill_view(), o.config],
+    )
 
 
-def _units(o: Outlook) -> tuple[list[Unit], float]:
+@dataclass(frozen=True, slots=True)
+class _Units:
+    """The running units found on ``snapshot`` at ``since`` (``running_units``), kept until
+    ``young`` (the first protected one comes of age) or ``UNITS_SECONDS``. ``token`` is the
+    same object while later snapshots' units stay alike (``same_unit``); ``rows``: where each
+    lone pod's unit is in ``units``."""
+
+    snapshot: Snapshot
+    key: tuple[object, ...]
+    protection: object
+    since: float
+    young: float
+    units: list[Unit]
+    token: object
+    rows: dict[str, int]
+
+    def fresh(self, now: float) -> bool:
+        """Whether the units are still right at ``now`` (as far as the clock goes)."""
+        return self.since <= now < min(self.young, self.since + UNITS_SECONDS)
+
+
+def _units(o: Outlook) -> _Units:
     """The running units that could be evicted (``running_units``), kept while the cache is
-    unchanged and no protected unit has come of age; and when they were found."""
+    unchanged and no protected unit has come of age; after pods changed, the last ones with
+    the changed lone pods' units replaced when each is alike (see ``_units_since``)."""
     snapshot = o.session.snapshot
     # Units are made of pods holding nodes, cut by their gangs: kept while those pods and
     # each such gang's size, min-member and priority are the same.
@@ -950,20 +997,66 @@ def _units(o: Outlook) -> tuple[list[Unit], float]:
     )
     key = ("units", id(o.config), gangs)
     kept = o.kept.steady(snapshot, key, lambda: None)
-    if isinstance(kept, tuple) and kept[0] <= o.now < min(kept[1], kept[0] + UNITS_SECONDS):
-        return cast(list[Unit], kept[2]), kept[0]
-    young: list[float] = []
-    units = running_units(
-        replace(snapshot, view=o.session.backfill_view()),
-        dict(o.gangs),
-        lambda p: o.queue_names.of(p, o.config) or None,
-        now=o.now,
-        protection=o.protection,
-        protected_until=young,
-        lone=lone_memo(o, "queue names"),
-    )
-    o.kept.put_steady(snapshot, key, (o.now, min(young, default=math.inf), units))
-    return units, o.now
+    if isinstance(kept, _Units) and kept.fresh(o.now):
+        return kept
+    last: list[_Units | None] = o.kept.lasting(("units", "last"), lambda: [None])
+    found = _units_since(o, last[0], key) if last[0] is not None else None
+    if found is None:
+        young: list[float] = []
+        units = running_units(
+            replace(snapshot, view=o.session.backfill_view()),
+            dict(o.gangs),
+            _queue_of_pod(o),
+            now=o.now,
+            protection=o.protection,
+            protected_until=young,
+            lone=lone_memo(o, "queue names"),
+        )
+        rows = {u.pods[0].uid: i for i, u in enumerate(units) if u.key.startswith("pod:")}
+        found = _Units(snapshot, key, o.protection, o.now, min(young, default=math.inf), units,
+                       object(), rows)  # fmt: skip
+    last[0] = found
+    o.kept.put_steady(snapshot, key, found)
+    return found
+
+
+def _queue_of_pod(o: Outlook) -> Callable[[Pod], str | None]:
+    return lambda p: o.queue_names.of(p, o.config) or None
+
+
+#: Changed pods beyond this many: the running units are found again from every pod.
+FEW_CHANGES = 64
+
+
+def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | None:
+    """``kept`` brought to ``o``'s snapshot when the pods changed since are all outside
+    gangs and each adds to the units what it added before (nothing, the same protection, or
+    a unit alike): the same units then (with the new pod objects), the same token. None:
+    they must be found again."""
+    if kept.key != key or kept.protection is not o.protection or not kept.fresh(o.now):
+        return None
+    old, new = kept.snapshot, o.session.snapshot
+    changed = changed_pods(old, new)
+    if changed is None or len(changed) > FEW_CHANGES:
+        return None
+    queue_of, memo = _queue_of_pod(o), lone_memo(o, "queue names")
+    replaced: dict[int, Unit] = {}
+    for uid in changed:
+        if uid in old.gang_members or uid in new.gang_members:
+            return None
+        before = lone_state(old, uid, queue_of, now=kept.since, protection=o.protection)
+        after = lone_state(new, uid, queue_of, now=o.now, protection=o.protection, lone=memo)
+        if before[0] != after[0] or before[1] != after[1]:
+            return None
+        if before[2] is not None and after[2] is not None:
+            row = kept.rows.get(uid)
+            if row is None or not same_unit(before[2], after[2]):
+                return None
+            replaced[row] = after[2]
+    units = list(kept.units)
+    for row, unit in replaced.items():
+        units[row] = unit
+    return replace(kept, snapshot=new, units=units)
 
 
 def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
