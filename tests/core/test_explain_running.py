@@ -1,0 +1,204 @@
+"""What explain keeps across a running pod's change (kept by identity: the order by end, the
+running units brought up to date, the line played forward, free-at starts and priority
+fixes) never changes an answer. After random sequences of events, most of them about running
+pods (a status or label update, another runtime, a new pod binding, one ending) mixed with
+pending ones and planner cycles, the clock still or moving: every gang's explanation, a pod's
+and a what-if's equal those computed from scratch; ``changed_pods`` names exactly the pods
+that differ; the units brought up to date equal ``running_units`` found from scratch."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from app.core.actions.victims import running_units, same_unit
+from app.core.cycle.memos import SnapshotMemo
+from app.core.cycle.outlook import Outlook
+from app.core.cycle.planner import Planner
+from app.core.insight import explain
+from app.core.insight.explain import explain_gang, explain_pod
+from app.core.insight.whatif import proposal_from, what_if
+from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache, Snapshot
+from app.core.state.diff import changed_pods
+from tests.core import test_cache_placed
+from tests.core.scenario import NOW
+from tests.core.test_explain_steady import NODES, RUNTIMES, _event, _member, _running
+from tests.factories import node
+
+
+def _running_event(cache: ClusterCache, planner: Planner, rng: random.Random, step: int) -> None:
+    """Mostly a running pod changing without moving (status, labels), else any event."""
+    running = [p for p in cache.snapshot().pods.values() if p.node_name and not p.terminal]
+    kind = rng.choice(["status", "status", "label", "start", "other", "other"])
+    if kind == "start":
+        started = NOW - 60 * rng.randrange(60)
+        pod = _running(f"s{step}", rng.choice(NODES), rng.choice([1, 2]), "1h", started)
+        cache.upsert_pods([_muster(pod, rng.choice([0, 0, 5]))])
+    elif kind == "status" and running:
+        p = rng.choice(running)
+        cache.upsert_pods([replace(p, annotations={**p.annotations, "status": str(step)})])
+    elif kind == "label" and running:
+        p = rng.choice(running)
+        cache.upsert_pods([replace(p, labels={**p.labels, "seen": str(step)})])
+    else:
+        _event(cache, planner, rng, step)
+
+
+def _muster(pod: Pod, priority: int) -> Pod:
+    """``pod`` as one of Muster's own (its default queue accounts for it: a running unit)."""
+    return replace(pod, scheduler_name="muster", priority=priority)
+
+
+def _fresh(outlook: Outlook) -> Outlook:
+    return replace(outlook, kept=SnapshotMemo(), memo={})
+
+
+def _whatif_body(step: int) -> dict[str, Any]:
+    requests = {"nvidia.com/gpu": str(2 ** (step % 4))}
+    return {
+        "name": f"w{step}",
+        "replicas": 2,
+        "pod": {"spec": {"containers": [{"name": "m", "resources": {"requests": requests}}]}},
+    }
+
+
+def _cluster(rng: random.Random) -> tuple[ClusterCache, Planner, list[float]]:
+    cache = ClusterCache()
+    cache.upsert_nodes([node(n, gpus=8) for n in NODES])
+    running = [
+        _muster(_running(f"r{i}", NODES[i % len(NODES)], rng.choice([2, 4]),
+                         rng.choice(RUNTIMES), NOW - 60 * rng.randrange(60)),
+                rng.choice([0, 0, 5]))  # fmt: skip
+        for i in range(10)
+    ]
+    gangs = [_member(f"w{g}", i, 2, rng.choice([4, 8]), 0, "1h") for g in range(3) for i in (0, 1)]
+    cache.upsert_pods([*running, *gangs])
+    cache.mark_synced()
+    clock = [NOW]
+    planner = Planner(cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=0.0)
+    return cache, planner, clock
+
+
+@pytest.mark.parametrize("advance", [False, True], ids=["still clock", "moving clock"])
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_answers_equal_answers_from_scratch_after_running_pods_change(
+    seed: int, advance: bool
+) -> None:
+    rng = random.Random(seed)
+    cache, planner, clock = _cluster(rng)
+    waited = fixes = 0
+    for step in range(60):
+        _running_event(cache, planner, rng, step)
+        if advance:
+            clock[0] += rng.choice([0.0, 0.0, 1.0, 30.0, 600.0])
+        outlook = planner.look()
+        fresh = _fresh(outlook)
+        for key in sorted(outlook.gangs):
+            namespace, name = key.split("/")
+            kept = explain_gang(outlook, namespace, name).as_dict()
+            assert kept == explain_gang(fresh, namespace, name).as_dict(), (step, key)
+            waited += kept["state"] == "waiting"
+            fixes += any(f["change"].startswith("priority") for f in kept["fixes"])
+        for pod in list(outlook.session.snapshot.pods.values())[:3]:
+            assert (
+                explain_pod(outlook, pod.namespace, pod.name).as_dict()
+                == explain_pod(fresh, pod.namespace, pod.name).as_dict()
+            )
+        proposal = proposal_from(_whatif_body(step), scheduler_name="muster", now=clock[0])
+        assert what_if(outlook, proposal).as_dict() == what_if(fresh, proposal).as_dict(), step
+    assert waited > 20 and fixes > 5  # mostly waiting gangs, some with a priority fix
+
+
+def _units_from_scratch(outlook: Outlook) -> list[Any]:
+    snapshot = outlook.session.snapshot
+    return running_units(
+        replace(snapshot, view=outlook.session.backfill_view()),
+        dict(outlook.gangs),
+        lambda p: outlook.queue_names.of(p, outlook.config) or None,
+        now=outlook.now,
+        protection=outlook.protection,
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_units_brought_up_to_date_equal_units_found_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    cache, planner, clock = _cluster(rng)
+    kept_token = 0
+    last_token: object = None
+    for step in range(80):
+        _running_event(cache, planner, rng, step)
+        clock[0] += rng.choice([0.0, 0.0, 1.0, 5.0])
+        outlook = planner.look()
+        found = explain._units(outlook)
+        scratch = _units_from_scratch(outlook)
+        assert len(found.units) == len(scratch), step
+        assert all(same_unit(a, b) for a, b in zip(found.units, scratch, strict=True)), step
+        # The units hold the pods of the snapshot asked about, never older objects.
+        pods = outlook.session.snapshot.pods
+        assert all(p is pods[p.uid] for u in found.units for p in u.pods), step
+        kept_token += found.token is last_token
+        last_token = found.token
+    assert kept_token > 10  # the units were brought up to date, not found again, many times
+
+
+def _by_hand(old: Snapshot, new: Snapshot) -> set[str]:
+    facts = ("placement", "reserved", "bound_at", "gang_members", "devices")
+    out = {u for u in old.pods.keys() | new.pods.keys() if old.pods.get(u) is not new.pods.get(u)}
+    for name in facts:
+        a, b = getattr(old, name), getattr(new, name)
+        out |= {u for u in a.keys() | b.keys() if a.get(u) != b.get(u)}
+    return out | (old.assumed ^ new.assumed)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_changed_pods_names_exactly_the_pods_that_differ(seed: int) -> None:
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(n, gpus=4) for n in test_cache_placed.NODES])
+    before = cache.snapshot()
+    seen = 0
+    for step in range(300):
+        test_cache_placed.event(cache, rng, step)
+        after = cache.snapshot()
+        assert changed_pods(before, after) == _by_hand(before, after), step
+        seen += bool(_by_hand(before, after))
+        before = after
+    cache.upsert_nodes([node("another", gpus=4)])
+    assert changed_pods(before, cache.snapshot()) is None  # other nodes: anything may differ
+    assert seen > 100
+
+
+def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -> None:
+    """The common event of a live cluster: a running pod's status changes, nothing moves.
+    What explain derived from the running pods is kept as the very same objects."""
+    rng = random.Random(3)
+    cache, planner, _ = _cluster(rng)
+    planner.cycle(force=True)
+    outlook = planner.look()
+    answers = {k: explain_gang(outlook, *k.split("/")).as_dict() for k in outlook.gangs}
+    order = explain._ending(outlook, replace(outlook.session.snapshot,
+                                             view=outlook.session.backfill_view()))  # fmt: skip
+    token = explain._units(outlook).token
+    running = next(p for p in cache.snapshot().pods.values() if p.node_name)
+    cache.upsert_pods([replace(running, annotations={**running.annotations, "status": "x"})])
+    after = planner.look()
+    assert after.session.snapshot.placed_generation != outlook.session.snapshot.placed_generation
+    again = {k: explain_gang(after, *k.split("/")).as_dict() for k in after.gangs}
+    assert again == answers
+    snapshot = replace(after.session.snapshot, view=after.session.backfill_view())
+    assert explain._ending(after, snapshot) is order
+    assert explain._units(after).token is token
+    # A runtime change moves that pod's end: the order is found again (and differs).
+    pod = cache.pod(running.uid)
+    assert pod is not None
+    cache.upsert_pods([replace(pod, annotations={**pod.annotations,
+                                                 "muster.io/expected-runtime": "7h"})])  # fmt: skip
+    later = planner.look()
+    snapshot = replace(later.session.snapshot, view=later.session.backfill_view())
+    assert explain._ending(later, snapshot) is not order
+    assert explain._ending(later, snapshot).ends != order.ends
