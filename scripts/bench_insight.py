@@ -21,8 +21,11 @@ Measured, each over ``--calls`` calls (p50/p99, milliseconds):
   alone, the snapshot any answer reads. **cold** rows (``--calls`` / 3 each): the same
   calls, each right after the cache changed (a pending pod comes and goes), so nothing kept per
   snapshot helps: the cost after most events in a live cluster. **running** rows (as many):
-  each call right after a running pod changed (its annotations: a new pod object), so what
-  is derived from the running pods is found again too: the cost after a pod starts or ends.
+  each call right after a running pod changed without moving (its annotations: a new pod
+  object, as a status or label update makes), so what is derived from the running pods must
+  be checked again. **start/end** rows (as many): each call right after a running pod ended
+  (it goes) or started (it comes back): node usage changes, so what is derived from the
+  running pods is found again: the cost after a pod starts or ends.
 * **HTTP** (both servers are uvicorn subprocesses, same client): ``GET /explain/...`` and
   ``POST /whatif`` on a Muster server whose cache holds the same pods, against a *null*
   server that answers the same routes with a canned answer of the same size (taken from
@@ -77,7 +80,9 @@ NAMESPACE = "bench"
 TARGET_P99_MS = {"explain gang": 20.0, "explain pod": 20.0, "what-if": 100.0,
                  "explain gang, cold": 20.0, "explain pod, cold": 20.0,
                  "what-if, cold": 100.0, "explain gang, running": 20.0,
-                 "explain pod, running": 20.0, "what-if, running": 100.0}  # fmt: skip
+                 "explain pod, running": 20.0, "what-if, running": 100.0,
+                 "explain gang, start/end": 20.0, "explain pod, start/end": 20.0,
+                 "what-if, start/end": 100.0}  # fmt: skip
 START_TIMEOUT = 120.0
 #: Gang shapes (members, GPUs each), cycled.
 SHAPES = ((2, 8), (4, 4), (8, 1), (16, 2), (4, 8), (8, 2))
@@ -218,12 +223,15 @@ def measure_after_change(
     now: float,
     *,
     running: Sequence[str] = (),
+    moves: bool = False,
 ) -> dict[str, Latency]:
     """Explain of a gang, of a pod, and what-if, each call first after the cache changed (a
     pending pod comes and goes: rows ``..., cold``), so nothing kept from an earlier snapshot
     helps: the cost after most events in a live cluster. With ``running`` (uids of running
-    pods), the change is instead one of them updated (rows ``..., running``)."""
-    suffix = "running" if running else "cold"
+    pods), the change is instead one of them updated (rows ``..., running``); with ``moves``
+    too, one of them ends or (the next change) starts again (rows ``..., start/end``)."""
+    suffix = ("start/end" if moves else "running") if running else "cold"
+    gone: list[Pod] = []
     names = [f"explain gang, {suffix}", f"explain pod, {suffix}", f"what-if, {suffix}"]
     samples: dict[str, list[int]] = {name: [] for name in names}
     gc.collect()
@@ -231,7 +239,14 @@ def measure_after_change(
 
     def change() -> None:
         nonlocal step
-        if running:
+        if gone:
+            cache.upsert_pods([gone.pop()])  # it starts again, where it ran
+        elif moves:
+            pod = cache.pod(running[(step * 7919) % len(running)])
+            assert pod is not None
+            cache.delete_pod(pod.uid)
+            gone.append(pod)
+        elif running:
             pod = cache.pod(running[(step * 7919) % len(running)])
             assert pod is not None
             cache.upsert_pods([replace(pod, annotations={**pod.annotations, "step": str(step)})])
@@ -259,6 +274,8 @@ def measure_after_change(
             what_if(outlook, proposal_from(body, scheduler_name="muster", now=outlook.now))  # noqa: B023
 
         samples[names[2]].append(_ns(ask))
+    if gone:
+        cache.upsert_pods(gone)
     return {name: Latency.of(values) for name, values in samples.items()}
 
 
@@ -386,6 +403,8 @@ def run(nodes: int, pods: int, bound: int, calls: int, warmup: int, *,
     running = [p.uid for p in workload.pods if p.node_name]
     after_change |= measure_after_change(cache, planner, waiting, max(calls // 3, 3), now,
                                          running=running)  # fmt: skip
+    after_change |= measure_after_change(cache, planner, waiting, max(calls // 3, 3), now,
+                                         running=running, moves=True)  # fmt: skip
     measure_in_process(planner, waiting, max(warmup, len(waiting)))  # every answer kept once
     in_process = measure_in_process(planner, waiting, calls)
     in_process.update(after_change)

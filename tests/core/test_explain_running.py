@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from app.core.actions import backfill
+from app.core.actions.backfill import Ending, EndingMemo, ending
 from app.core.actions.victims import running_units, same_unit
 from app.core.cycle.memos import SnapshotMemo
 from app.core.cycle.outlook import Outlook
@@ -26,6 +28,8 @@ from app.core.state.cache import ClusterCache, Snapshot
 from app.core.state.diff import changed_pods
 from tests.core import test_cache_placed
 from tests.core.scenario import NOW
+from tests.core.test_ending_memo import _reference as reference
+from tests.core.test_ending_memo import _same as same_ending
 from tests.core.test_explain_steady import NODES, RUNTIMES, _event, _member, _running
 from tests.factories import node
 
@@ -202,3 +206,43 @@ def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -
     snapshot = replace(later.session.snapshot, view=later.session.backfill_view())
     assert explain._ending(later, snapshot) is not order
     assert explain._ending(later, snapshot).ends != order.ends
+
+
+@pytest.mark.parametrize("planned", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_order_by_end_brought_up_to_date_equals_a_sort_of_every_pod(
+    seed: int, planned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ending`` with one memo after each event: the same answer, pods taken out and put in
+    again, or every pod read again; each equals ``ending`` without a memo and the first
+    implementation (a stable sort of every counted pod by expected end)."""
+    outcomes: list[str] = []
+    update = backfill._updated
+
+    def spy(last: Any, new: Snapshot, now: float, memo: EndingMemo) -> Ending | None:
+        kept = last.ending
+        out = update(last, new, now, memo)
+        outcomes.append("read all" if out is None else "same" if out is kept else "spliced")
+        return out
+
+    monkeypatch.setattr(backfill, "_updated", spy)
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(n, gpus=4) for n in test_cache_placed.NODES])
+    memo = EndingMemo()
+    for step in range(300):
+        if rng.random() < 0.3:
+            running = [p for p in cache.snapshot().pods.values() if p.node_name]
+            if running:
+                p = rng.choice(running)
+                cache.upsert_pods([replace(p, labels={**p.labels, "seen": str(step)})])
+        else:
+            test_cache_placed.event(cache, rng, step)
+        snapshot = cache.snapshot()
+        kept = ending(snapshot, now=5000.0, default_runtime=1800.0, memo=memo,
+                      planned_start_now=planned)  # fmt: skip
+        fresh = ending(snapshot, now=5000.0, default_runtime=1800.0, planned_start_now=planned)
+        assert same_ending(kept, fresh), step
+        assert same_ending(fresh, reference(snapshot, None, planned)), step
+    assert {"same", "spliced", "read all"} <= set(outcomes), outcomes
+    assert outcomes.count("spliced") >= 3

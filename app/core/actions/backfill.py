@@ -10,6 +10,8 @@ it (backfill), so the big gang starts on time and the holes it leaves meanwhile 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,10 +69,10 @@ class EndingMemo:
     tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     #: Held by ``ending`` while it reads and updates the memo (explains run in parallel).
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: The last answer for all rows: the snapshot, ``planned_start_now``, the answer and the
-    #: uids in it. A later snapshot whose changed pods all keep their entries (or stay out)
-    #: gets that very answer (so what is kept by its identity stays valid).
-    last: tuple[Snapshot, bool, Ending, frozenset[str]] | None = None
+    #: The last answer for all rows (``_Last``): a later snapshot whose changed pods all keep
+    #: their entries (or stay out) gets that very answer (so what is kept by its identity
+    #: stays valid); a few changed ones are taken out and put in again.
+    last: _Last | None = None
 
     def shape(self, requests: Resources, devices: tuple[int, ...], milli: int) -> int:
         """The number of this release shape."""
@@ -125,49 +127,122 @@ def _ending(snapshot: Snapshot, now: float, default_runtime: float, within: np.n
         kept.clear()  # uids of gone pods pile up
         memo.shapes, memo.tables, memo.last = {}, None, None
     last = memo.last
-    if (
-        within is None
-        and last is not None
-        and last[1] == planned_start_now
-        and last[2].timeless
-        and _unchanged(last[0], snapshot, last[3], now, planned_start_now, memo)
-    ):
-        memo.last = (snapshot, planned_start_now, last[2], last[3])
-        return last[2]
+    if within is None and last is not None and last.planned == planned_start_now:
+        updated = _updated(last, snapshot, now, memo)
+        if updated is not None:
+            return updated
+    placement, index, devices = snapshot.placement, view.index, snapshot.devices
+    bound_at, reserved = snapshot.bound_at, snapshot.reserved
     found: list[EndingEntry] = []
     timeless = True
-    for uid in snapshot.pods:
-        entry, stamped = _entry(snapshot, uid, now, within, planned_start_now, memo)
-        if entry is not None:
-            found.append(entry)
-            timeless = timeless and not stamped
+    for uid, pod in snapshot.pods.items():
+        node = placement.get(uid)
+        if not node or pod.terminal:
+            continue
+        if not (snapshot.holds_node(pod) or (planned_start_now and uid in reserved)):
+            continue
+        row = index.get(node)
+        if row is None or (within is not None and not within[row]):
+            continue
+        started = pod.started or bound_at.get(uid)
+        if started is None:
+            started, timeless = now, False
+        held = devices.get(uid)
+        entry = kept.get(uid)
+        if (entry is None or entry[0] is not pod or entry[1] != started or entry[2] != node
+                or entry[3] is not held):  # fmt: skip
+            ids = held.devices if held is not None and held.node == node else ()
+            shape = memo.shape(pod.requests, ids, held.ask.milli if ids and held else 0)
+            end = expected_end(pod, started, default_runtime)
+            entry = kept[uid] = (pod, started, node, held, end, row, shape)
+        found.append(entry)
     found.sort(key=itemgetter(4))
     out = Ending([e[4] for e in found], _releases(found, memo), timeless)
     if within is None:
-        memo.last = (snapshot, planned_start_now, out, frozenset(e[0].uid for e in found))
+        memo.last = _Last(snapshot, planned_start_now, out, found, {e[0].uid for e in found})
     return out
+
+
+def _same_order(old: Snapshot, new: Snapshot) -> bool:
+    """Whether the pods in both snapshots are in the same order in both (pods that came
+    since are after them all; one that went and came back is not where it was)."""
+    before, after = list(old.pods), list(new.pods)
+    if before == after:
+        return True
+    return [u for u in before if u in new.pods] == [u for u in after if u in old.pods]
+
+
+@dataclass(slots=True)
+class _Last:
+    """``ending``'s last answer for all rows: the snapshot, ``planned_start_now``, the answer,
+    its entries in order and the uids in them."""
+
+    snapshot: Snapshot
+    planned: bool
+    ending: Ending
+    found: list[EndingEntry]
+    uids: set[str]
 
 
 #: Changed pods beyond this many: ``ending`` reads every pod again.
 _FEW_CHANGES = 64
 
 
-def _unchanged(old: Snapshot, new: Snapshot, uids: frozenset[str], now: float,
-               planned_start_now: bool, memo: EndingMemo) -> bool:  # fmt: skip
-    """Whether every pod that differs between ``old`` and ``new`` has the same end, row and
-    release shape in both (or counts in neither), and none reads the clock; ``uids``: the
-    pods ``old``'s answer holds. Entries of the changed pods are brought up to date."""
+def _updated(last: _Last, new: Snapshot, now: float, memo: EndingMemo) -> Ending | None:
+    """``ending`` of ``new`` from ``last`` when few pods changed and none reads the clock:
+    the very same answer when each changed pod has the same end, row and release shape as
+    before (or counts in neither); else ``last``'s entries with the changed ones taken out
+    and put in where a sort of all of them would put them (None: that place is not known
+    without one, as when other pods end at the same instant; then all are read again)."""
+    old = last.snapshot
+    if not last.ending.timeless:
+        return None
     changed = changed_pods(old, new)
     if changed is None or len(changed) > _FEW_CHANGES:
-        return False
+        return None
+    gone: list[EndingEntry] = []
+    came: list[EndingEntry] = []
     for uid in changed:
-        before = memo.entries.get(uid) if uid in uids else None
-        after, stamped = _entry(new, uid, now, None, planned_start_now, memo)
-        if stamped or (before is None) != (after is None):
-            return False
-        if before is not None and after is not None and before[4:] != after[4:]:
-            return False
-    return True
+        before = memo.entries.get(uid) if uid in last.uids else None
+        after, stamped = _entry(new, uid, now, None, last.planned, memo)
+        if stamped:
+            return None
+        if before is not None and after is not None and before[4:] == after[4:]:
+            continue
+        if before is not None:
+            gone.append(before)
+        if after is not None:
+            came.append(after)
+    if not _same_order(old, new):
+        return None  # a pod went and came back: it is now after every other
+    if not gone and not came:
+        last.snapshot = new
+        return last.ending
+    found, ends = list(last.found), list(last.ending.ends)
+    for entry in gone:
+        uid, end = entry[0].uid, entry[4]
+        i = bisect.bisect_left(ends, end)
+        while found[i][0].uid != uid:
+            i += 1
+        del found[i], ends[i]
+    # Pods new to the cache come after every other, in the order they came.
+    appended = {e[0].uid: e for e in came if e[0].uid not in old.pods}
+    came = [e for e in came if e[0].uid in old.pods]
+    if appended:
+        keys = list(new.pods)
+        newest = list(itertools.takewhile(lambda u: u not in old.pods, reversed(keys)))
+        came += [appended[u] for u in reversed(newest) if u in appended]
+    for entry in came:
+        end = entry[4]
+        i, j = bisect.bisect_left(ends, end), bisect.bisect_right(ends, end)
+        if i != j and entry[0].uid in old.pods:
+            return None  # ties are in the pods' order, and this pod sits among the others
+        found.insert(j, entry)
+        ends.insert(j, end)
+    uids = (last.uids - {e[0].uid for e in gone}) | {e[0].uid for e in came}
+    out = Ending(ends, _releases(found, memo), True)
+    memo.last = _Last(new, last.planned, out, found, uids)
+    return out
 
 
 def _entry(
