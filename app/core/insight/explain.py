@@ -967,18 +967,19 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
 @dataclass(frozen=True, slots=True)
 class _Units:
     """The running units found on ``snapshot`` at ``since`` (``running_units``), kept until
-    ``young`` (the first protected one comes of age) or ``UNITS_SECONDS``. ``token`` is the
-    same object while later snapshots' units stay alike (``same_unit``); ``rows``: where each
-    lone pod's unit is in ``units``."""
+    ``young`` (the first protected one comes of age) or ``UNITS_SECONDS``: the units of
+    gangs, and per pod running on its own, its unit. ``token`` is the same object while later
+    snapshots' units stay alike (``same_unit``)."""
 
     snapshot: Snapshot
     key: tuple[object, ...]
     protection: object
     since: float
     young: float
-    units: list[Unit]
+    gangs: list[Unit]
+    lone: dict[str, Unit]
     token: object
-    rows: dict[str, int]
+    units: list[Unit] = field(default_factory=list)
 
     def fresh(self, now: float) -> bool:
         """Whether the units are still right at ``now`` (as far as the clock goes)."""
@@ -988,7 +989,7 @@ class _Units:
 def _units(o: Outlook) -> _Units:
     """The running units that could be evicted (``running_units``), kept while the cache is
     unchanged and no protected unit has come of age; after pods changed, the last ones with
-    the changed lone pods' units replaced when each is alike (see ``_units_since``)."""
+    the changed lone pods' units put in, taken out or replaced (see ``_units_since``)."""
     snapshot = o.session.snapshot
     # Units are made of pods holding nodes, cut by their gangs: kept while those pods and
     # each such gang's size, min-member and priority are the same.
@@ -1012,9 +1013,9 @@ def _units(o: Outlook) -> _Units:
             protected_until=young,
             lone=lone_memo(o, "queue names"),
         )
-        rows = {u.pods[0].uid: i for i, u in enumerate(units) if u.key.startswith("pod:")}
-        found = _Units(snapshot, key, o.protection, o.now, min(young, default=math.inf), units,
-                       object(), rows)  # fmt: skip
+        lone = {u.pods[0].uid: u for u in units if u.key.startswith("pod:")}
+        found = _Units(snapshot, key, o.protection, o.now, min(young, default=math.inf),
+                       units[: len(units) - len(lone)], lone, object(), units)  # fmt: skip
     last[0] = found
     o.kept.put_steady(snapshot, key, found)
     return found
@@ -1030,9 +1031,13 @@ FEW_CHANGES = 64
 
 def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | None:
     """``kept`` brought to ``o``'s snapshot when the pods changed since are all outside
-    gangs and each adds to the units what it added before (nothing, the same protection, or
-    a unit alike): the same units then (with the new pod objects), the same token. None:
-    they must be found again."""
+    gangs and none came of age or became protected: each changed pod's unit put in, taken
+    out or replaced. When each adds to the units what it added before (nothing or a unit
+    alike), the token stays. None: they must be found again.
+
+    Pods that start running on their own have their units last, not where the pods are in
+    the cache: every search orders units by (priority, kind, GPUs, work lost, key), and the
+    key of a lone pod's unit is its own, so where it sits in the list changes no answer."""
     if kept.key != key or kept.protection is not o.protection or not kept.fresh(o.now):
         return None
     old, new = kept.snapshot, o.session.snapshot
@@ -1040,23 +1045,31 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
     if changed is None or len(changed) > FEW_CHANGES:
         return None
     queue_of, memo = _queue_of_pod(o), lone_memo(o, "queue names")
-    replaced: dict[int, Unit] = {}
+    lone = kept.lone
+    alike = True
     for uid in changed:
         if uid in old.gang_members or uid in new.gang_members:
             return None
         before = lone_state(old, uid, queue_of, now=kept.since, protection=o.protection)
         after = lone_state(new, uid, queue_of, now=o.now, protection=o.protection, lone=memo)
-        if before[0] != after[0] or before[1] != after[1]:
-            return None
-        if before[2] is not None and after[2] is not None:
-            row = kept.rows.get(uid)
-            if row is None or not same_unit(before[2], after[2]):
-                return None
-            replaced[row] = after[2]
-    units = list(kept.units)
-    for row, unit in replaced.items():
-        units[row] = unit
-    return replace(kept, snapshot=new, units=units)
+        if "young" in (before[0], after[0]) and before[:2] != after[:2]:
+            return None  # the first time a protected one comes of age moves
+        if before[2] is not None and after[2] is not None and same_unit(before[2], after[2]):
+            if lone is kept.lone:
+                lone = dict(lone)
+            lone[uid] = after[2]  # in the same place: the pod object is new
+            continue
+        if before[2] is None and after[2] is None:
+            continue
+        alike = False
+        if lone is kept.lone:
+            lone = dict(lone)
+        lone.pop(uid, None)
+        if after[2] is not None:
+            lone[uid] = after[2]
+    token = kept.token if alike else object()
+    units = [*kept.gangs, *lone.values()]
+    return replace(kept, snapshot=new, lone=lone, token=token, units=units)
 
 
 def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
