@@ -9,14 +9,16 @@ that differ; the units brought up to date equal ``running_units`` found from scr
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from app.core.actions import backfill
 from app.core.actions.backfill import Ending, EndingMemo, ending
-from app.core.actions.victims import Unit, running_units, same_unit
+from app.core.actions.victims import Unit, freed, running_units, same_unit
 from app.core.cycle.memos import SnapshotMemo
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planner import Planner
@@ -70,14 +72,20 @@ def _whatif_body(step: int) -> dict[str, Any]:
     }
 
 
-def _cluster(rng: random.Random) -> tuple[ClusterCache, Planner, list[float]]:
+def _cluster(
+    rng: random.Random,
+    nodes: Sequence[str] = NODES,
+    count: int = 10,
+    gpus: Sequence[int] = (2, 4),
+    priorities: Sequence[int] = (0, 0, 5),
+) -> tuple[ClusterCache, Planner, list[float]]:
+    """``count`` of Muster's pods running on ``nodes`` (8 GPUs each), three gangs waiting."""
     cache = ClusterCache()
-    cache.upsert_nodes([node(n, gpus=8) for n in NODES])
+    cache.upsert_nodes([node(n, gpus=8) for n in nodes])
     running = [
-        _muster(_running(f"r{i}", NODES[i % len(NODES)], rng.choice([2, 4]),
-                         rng.choice(RUNTIMES), NOW - 60 * rng.randrange(60)),
-                rng.choice([0, 0, 5]))  # fmt: skip
-        for i in range(10)
+        _muster(_running(f"r{i}", nodes[i % len(nodes)], rng.choice(gpus), rng.choice(RUNTIMES),
+                         NOW - 60 * rng.randrange(60)), rng.choice(priorities))  # fmt: skip
+        for i in range(count)
     ]
     gangs = [_member(f"w{g}", i, 2, rng.choice([4, 8]), 0, "1h") for g in range(3) for i in (0, 1)]
     cache.upsert_pods([*running, *gangs])
@@ -85,6 +93,16 @@ def _cluster(rng: random.Random) -> tuple[ClusterCache, Planner, list[float]]:
     clock = [NOW]
     planner = Planner(cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=0.0)
     return cache, planner, clock
+
+
+def _gangs_as_fresh(outlook: Outlook, step: int) -> list[dict[str, Any]]:
+    """Every gang's explanation, each checked equal to one computed from scratch."""
+    fresh, out = _fresh(outlook), []
+    for key in sorted(outlook.gangs):
+        namespace, name = key.split("/")
+        out.append(explain_gang(outlook, namespace, name).as_dict())
+        assert out[-1] == explain_gang(fresh, namespace, name).as_dict(), (step, key)
+    return out
 
 
 @pytest.mark.parametrize("advance", [False, True], ids=["still clock", "moving clock"])
@@ -101,10 +119,7 @@ def test_kept_answers_equal_answers_from_scratch_after_running_pods_change(
             clock[0] += rng.choice([0.0, 0.0, 1.0, 30.0, 600.0])
         outlook = planner.look()
         fresh = _fresh(outlook)
-        for key in sorted(outlook.gangs):
-            namespace, name = key.split("/")
-            kept = explain_gang(outlook, namespace, name).as_dict()
-            assert kept == explain_gang(fresh, namespace, name).as_dict(), (step, key)
+        for kept in _gangs_as_fresh(outlook, step):
             waited += kept["state"] == "waiting"
             fixes += any(f["change"].startswith("priority") for f in kept["fixes"])
         for pod in list(outlook.session.snapshot.pods.values())[:3]:
@@ -253,3 +268,48 @@ def test_the_order_by_end_brought_up_to_date_equals_a_sort_of_every_pod(
         assert same_ending(fresh, reference(snapshot, None, planned)), step
     assert {"same", "spliced", "read all"} <= set(outcomes), outcomes
     assert outcomes.count("spliced") >= 3
+
+
+def _crowded_event(cache: ClusterCache, rng: random.Random, step: int) -> None:
+    running = [p for p in cache.snapshot().pods.values() if p.node_name and not p.terminal]
+    kind = rng.choice(["status", "status", "end", "end", "start", "restart", "cordon"])
+    p = rng.choice(running)
+    if kind == "status":
+        cache.upsert_pods([replace(p, annotations={**p.annotations, "status": str(step)})])
+    elif kind == "end":
+        cache.delete_pod(p.uid)
+    elif kind == "restart":  # it ends and starts again where it ran
+        cache.delete_pod(p.uid)
+        cache.upsert_pods([p])
+    elif kind == "start":
+        node_name = rng.choice(sorted(cache.backfill_view().index))
+        pod = _running(f"s{step}", node_name, 1, "1h", NOW - 60 * rng.randrange(60))
+        cache.upsert_pods([_muster(pod, rng.choice([0, 5]))])
+    else:  # a running pod of another scheduler: it holds room but is no unit
+        cache.upsert_pods([_running(f"o{step}", p.node_name, 1, "1h", NOW)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_view_without_lower_units_kept_equals_one_freed_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    # More running units than a priority fix searches whole (``FOCUS_UNITS``).
+    nodes = [f"m{i}" for i in range(12)]
+    cache, planner, clock = _cluster(rng, nodes, 90, (1,), (0, 0, 0, 5))
+    kept = 0
+    last_view: object = None
+    for step in range(50):
+        _crowded_event(cache, rng, step)
+        clock[0] += rng.choice([0.0, 0.0, 1.0])
+        outlook = planner.look()
+        fixes = [f for a in _gangs_as_fresh(outlook, step) for f in a["fixes"]]
+        assert any(f["change"].startswith("priority") for f in fixes), step
+        found = explain._units(outlook)
+        snapshot = replace(outlook.session.snapshot, view=outlook.session.backfill_view())
+        lower = [u for u in found.units if u.priority < 1]
+        view = explain._freed_below(outlook, snapshot, found, lower, 1)
+        scratch = freed(snapshot, lower)
+        assert np.array_equal(view.used, scratch.used), step
+        assert np.array_equal(view.gpu_free, scratch.gpu_free), step
+        kept += view is last_view
+        last_view = view
+    assert kept > 5  # kept across running pods' events, not freed again each time

@@ -959,7 +959,7 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     key = ("priority fix", units.since, id(o.config), queue, shape, used, o.strategy)
     return o.kept.across(
         key,
-        lambda: _find_priority_fix(o, job, queue, units.units),
+        lambda: _find_priority_fix(o, job, queue, units),
         same=[units.token, o.session.backfill_view(), o.config],
     )
 
@@ -980,6 +980,8 @@ class _Units:
     lone: dict[str, Unit]
     token: object
     units: list[Unit] = field(default_factory=list)
+    #: The same object while the units are brought up to date from the last ones.
+    lineage: object = None
 
     def fresh(self, now: float) -> bool:
         """Whether the units are still right at ``now`` (as far as the clock goes)."""
@@ -1015,7 +1017,8 @@ def _units(o: Outlook) -> _Units:
         )
         lone = {u.pods[0].uid: u for u in units if u.key.startswith("pod:")}
         found = _Units(snapshot, key, o.protection, o.now, min(young, default=math.inf),
-                       units[: len(units) - len(lone)], lone, object(), units)  # fmt: skip
+                       units[: len(units) - len(lone)], lone, object(), units,
+                       object())  # fmt: skip
     last[0] = found
     o.kept.put_steady(snapshot, key, found)
     return found
@@ -1082,8 +1085,9 @@ def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
     return cast(LoneMemo, held[2])
 
 
-def _find_priority_fix(o: Outlook, job: Job, queue: str, units: list[Unit]) -> list[Fix]:
+def _find_priority_fix(o: Outlook, job: Job, queue: str, found: _Units) -> list[Fix]:
     snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
+    units = found.units
     mine = max(p.priority for p in job.core)
     for priority in sorted({u.priority + 1 for u in units if u.priority >= mine})[:6]:
         core = [replace(p, priority=priority) for p in job.core]
@@ -1091,7 +1095,7 @@ def _find_priority_fix(o: Outlook, job: Job, queue: str, units: list[Unit]) -> l
             snapshot,
             job.key,
             core,
-            _focus(snapshot, core, units, priority, o.strategy),
+            _focus(o, snapshot, core, found, priority),
             usage=o.usage,
             queue=queue or o.config.default_queue,
             config=o.config,
@@ -1105,20 +1109,77 @@ def _find_priority_fix(o: Outlook, job: Job, queue: str, units: list[Unit]) -> l
 
 
 def _focus(
-    snapshot: Snapshot, core: Sequence[Pod], units: Sequence[Unit], priority: int, strategy: str
+    o: Outlook, snapshot: Snapshot, core: Sequence[Pod], found: _Units, priority: int
 ) -> list[Unit]:
     """The units worth searching for victims: all of them when few, else those on the nodes
     ``core`` takes once every unit below ``priority`` is gone. (The planner's search weighs
     thousands of running pods one by one, seconds on a big cluster; a fix needs one way that
     works, and ``make_room`` still checks it.)"""
+    units = found.units
     lower = [u for u in units if u.priority < priority]
     if len(lower) <= FOCUS_UNITS:
         return list(units)
-    placed = allocate(freed(snapshot, lower), core, strategy=strategy)
+    view = _freed_below(o, snapshot, found, lower, priority)
+    shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in core)
+    placed = o.kept.across(
+        ("focus", shape, o.strategy), lambda: allocate(view, core, strategy=o.strategy), same=[view]
+    )
     if not placed.complete:
         return list(units)
     nodes = set(placed.placed.values())
     return [u for u in units if any(snapshot.placement.get(p.uid) in nodes for p in u.pods)]
+
+
+def _freed_below(
+    o: Outlook, snapshot: Snapshot, found: _Units, lower: Sequence[Unit], priority: int
+) -> NodeView:
+    """``freed(snapshot, lower)``: the view without holds and without every unit below
+    ``priority``. Kept per priority across snapshots while the units are brought up to date
+    from the same ones (``_units_since``) and each pod changed since adds the same to it as
+    before: nothing (it is in a unit below ``priority``, or holds no room), or the same
+    amount on the same node and devices. A unit below the priority that ends, or starts
+    where it ran, so leaves it as it was."""
+    kept: dict[int, tuple[_Units, NodeView]] = o.kept.lasting(("freed below",), dict)
+    hit = kept.get(priority)
+    if (
+        hit is not None
+        and hit[0].lineage is found.lineage
+        and _same_residue(hit[0], found, priority)
+    ):
+        view = hit[1]
+    else:
+        view = freed(snapshot, lower)
+    if len(kept) > 16:
+        kept.clear()
+    kept[priority] = (found, view)
+    return view
+
+
+def _same_residue(old: _Units, new: _Units, priority: int) -> bool:
+    """Whether every pod that differs between ``old``'s and ``new``'s snapshots adds the
+    same to ``freed`` of the units below ``priority`` in both (see ``_freed_below``)."""
+    changed = changed_pods(old.snapshot, new.snapshot)
+    if changed is None or len(changed) > FEW_CHANGES:
+        return False
+    members = old.snapshot.gang_members, new.snapshot.gang_members
+    if any(uid in m for uid in changed for m in members):
+        return False  # a gang's units are its own: found again whole
+    return all(_residue(old, uid, priority) == _residue(new, uid, priority) for uid in changed)
+
+
+def _residue(found: _Units, uid: str, priority: int) -> tuple[object, ...] | None:
+    """What pod ``uid`` adds to the view without holds once the units below ``priority``
+    are gone (None: nothing)."""
+    snapshot = found.snapshot
+    node = snapshot.placement.get(uid)
+    row = snapshot.view.index.get(node) if node else None
+    pod = snapshot.pods.get(uid)
+    if row is None or pod is None:
+        return None
+    unit = found.lone.get(uid)
+    if unit is not None and unit.priority < priority:
+        return None
+    return (row, pod.requests, snapshot.devices.get(uid))
 
 
 def _gpus_text(amount: np.ndarray) -> str:
