@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import threading
 import time
 from collections import Counter
@@ -473,16 +474,32 @@ def _lines(o: Outlook) -> dict[str, list[str]]:
     a queue; kept while the cache and the plans are unchanged."""
 
     def make() -> dict[str, list[str]]:
-        lines: dict[str, list[Gang]] = {}
+        # Per gang, its queue and place in the order are read from its members alone (and
+        # the queue config and the order): kept per gang while those are the same objects.
+        known: dict[str, tuple[tuple[object, ...], str, Any]] = o.kept.lasting(
+            ("line places",), dict
+        )
+        if len(known) > 2 * len(o.gangs) + 1024:
+            known.clear()
+        lines: dict[str, list[tuple[Any, str]]] = {}
         for g in o.gangs.values():
-            if not g.running and g.key not in o.plans:
-                lines.setdefault(_queue_of(o, _gang_job(g, "")), []).append(g)
+            if g.running or g.key in o.plans:
+                continue
+            inputs = (o.config, o.order, *g.members)
+            hit = known.get(g.key)
+            if hit is None or not _same_objects(hit[0], inputs):
+                hit = known[g.key] = (inputs, _queue_of(o, _gang_job(g, "")), o.order.key(g))
+            lines.setdefault(hit[1], []).append((hit[2], g.key))
         return {
-            queue: [g.key for g in sorted(line, key=o.order.key)] for queue, line in lines.items()
+            queue: [k for _, k in sorted(line, key=lambda e: e[0])] for queue, line in lines.items()
         }
 
     key = ("lines", id(o.config), id(o.order), frozenset(o.plans))
     return o.kept.get(o.session.snapshot, key, make)
+
+
+def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def place_job(o: Outlook, view: NodeView, job: Job, ask: Ask | None) -> TopologyAllocation:
