@@ -261,12 +261,16 @@ def test_the_order_by_end_brought_up_to_date_equals_a_sort_of_every_pod(
         else:
             test_cache_placed.event(cache, rng, step)
         snapshot = cache.snapshot()
+        if rng.random() < 0.3:  # a call for some rows first brings the memo's entries on
+            within = np.array([rng.random() < 0.7 for _ in test_cache_placed.NODES])
+            ending(snapshot, now=5000.0, default_runtime=1800.0, memo=memo, within=within,
+                   planned_start_now=planned)  # fmt: skip
         kept = ending(snapshot, now=5000.0, default_runtime=1800.0, memo=memo,
                       planned_start_now=planned)  # fmt: skip
         fresh = ending(snapshot, now=5000.0, default_runtime=1800.0, planned_start_now=planned)
         assert same_ending(kept, fresh), step
         assert same_ending(fresh, reference(snapshot, None, planned)), step
-    assert {"same", "spliced", "read all"} <= set(outcomes), outcomes
+    assert {"same", "spliced"} <= set(outcomes), outcomes
     assert outcomes.count("spliced") >= 3
 
 

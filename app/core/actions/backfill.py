@@ -203,7 +203,8 @@ def _updated(last: _Last, new: Snapshot, now: float, memo: EndingMemo) -> Ending
     gone: list[EndingEntry] = []
     came: list[EndingEntry] = []
     for uid in changed:
-        before = memo.entries.get(uid) if uid in last.uids else None
+        # From ``old`` itself: the memo's entry may be newer (calls for some rows only).
+        before = _entry(old, uid, now, None, last.planned, memo)[0] if uid in last.uids else None
         after, stamped = _entry(new, uid, now, None, last.planned, memo)
         if stamped:
             return None

@@ -990,6 +990,7 @@ class _Units:
 
     snapshot: Snapshot
     key: tuple[object, ...]
+    config: object
     protection: object
     since: float
     young: float
@@ -1033,7 +1034,7 @@ def _units(o: Outlook) -> _Units:
             lone=lone_memo(o, "queue names"),
         )
         lone = {u.pods[0].uid: u for u in units if u.key.startswith("pod:")}
-        found = _Units(snapshot, key, o.protection, o.now, min(young, default=math.inf),
+        found = _Units(snapshot, key, o.config, o.protection, o.now, min(young, default=math.inf),
                        units[: len(units) - len(lone)], lone, object(), units,
                        object())  # fmt: skip
     last[0] = found
@@ -1058,7 +1059,9 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
     Pods that start running on their own have their units last, not where the pods are in
     the cache: every search orders units by (priority, kind, GPUs, work lost, key), and the
     key of a lone pod's unit is its own, so where it sits in the list changes no answer."""
-    if kept.key != key or kept.protection is not o.protection or not kept.fresh(o.now):
+    if kept.key != key or kept.config is not o.config or kept.protection is not o.protection:
+        return None
+    if not kept.fresh(o.now):
         return None
     old, new = kept.snapshot, o.session.snapshot
     changed = changed_pods(old, new)
