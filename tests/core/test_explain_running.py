@@ -19,7 +19,7 @@ import pytest
 from app.core.actions import backfill
 from app.core.actions.backfill import Ending, EndingMemo, ending
 from app.core.actions.victims import Unit, freed, running_units, same_unit
-from app.core.cycle.memos import SnapshotMemo
+from app.core.cycle.memos import ACROSS_SCOPES, SnapshotMemo
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planner import Planner
 from app.core.insight import explain
@@ -317,3 +317,24 @@ def test_the_view_without_lower_units_kept_equals_one_freed_from_scratch(seed: i
         kept += view is last_view
         last_view = view
     assert kept > 5  # kept across running pods' events, not freed again each time
+
+
+def test_values_kept_across_snapshots_are_kept_per_scope_for_the_last_scopes() -> None:
+    memo = SnapshotMemo()
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        made.append(name)
+        return name
+
+    view, pod = object(), object()
+    assert memo.across("k", lambda: make("a"), scope=[view], same=[pod]) == "a"
+    assert memo.across("k", lambda: make("b"), scope=[view], same=[pod]) == "a"  # kept
+    assert memo.across("k", lambda: make("c"), scope=[view], same=[object()]) == "c"
+    assert memo.across("k", lambda: make("d"), scope=[object()]) == "d"  # another scope
+    scopes = [object() for _ in range(ACROSS_SCOPES)]
+    for s in scopes:
+        memo.across("k", lambda: make("e"), scope=[s])
+    assert memo.across("k", lambda: make("f"), scope=[scopes[-1]]) == "e"  # still kept
+    assert memo.across("k", lambda: make("g"), scope=[view]) == "g"  # the oldest went
+    assert made == ["a", "c", "d", *["e"] * ACROSS_SCOPES, "g"]

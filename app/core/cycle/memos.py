@@ -184,7 +184,9 @@ class SnapshotMemo:
         self._lasting: dict[Hashable, object] = {}
         self._steady_scope: object = None
         self._steady: dict[Hashable, tuple[tuple[object, ...], object]] = {}
-        self._across: dict[Hashable, tuple[tuple[object, ...], object]] = {}
+        self._across: dict[
+            tuple[_Identity, ...], dict[Hashable, tuple[tuple[object, ...], object]]
+        ] = {}
 
     def get(self, snapshot: Snapshot, key: Hashable, make: Callable[[], T]) -> T:
         """The value of ``key`` for ``snapshot``, made by ``make()`` the first time."""
@@ -243,24 +245,42 @@ class SnapshotMemo:
             _trim(self._steady)
             self._steady[key] = (tuple(same), value)
 
-    def across(self, key: Hashable, make: Callable[[], T], *, same: Sequence[object]) -> T:
-        """The value of ``key``, made by ``make()`` from the objects ``same`` alone (compared
-        by identity: immutable inputs such as a node view, an ``Ending`` or pods) and from
-        what ``key`` says: kept across snapshots, placed generations included, while those
-        are the very same objects."""
+    def across(
+        self,
+        key: Hashable,
+        make: Callable[[], T],
+        *,
+        scope: Sequence[object],
+        same: Sequence[object] = (),
+    ) -> T:
+        """The value of ``key``, made by ``make()`` from the objects ``scope`` and ``same``
+        alone (compared by identity: immutable inputs such as a node view, an ``Ending`` or
+        pods) and from what ``key`` says: kept across snapshots, placed generations included,
+        while those are the very same objects. Values are kept per ``scope`` (the inputs
+        many values share), for the ``ACROSS_SCOPES`` scopes used last: what an old view or
+        order pins in memory is bounded."""
         with self._lock:
-            hit = self._across.get(key)
+            hit = self._across.get(_scope(scope), {}).get(key)
             if hit is not None and _identical(hit[0], same):
                 return cast(T, hit[1])
         value = make()
-        self.put_across(key, value, same=same)
+        self.put_across(key, value, scope=scope, same=same)
         return value
 
-    def put_across(self, key: Hashable, value: object, *, same: Sequence[object]) -> None:
+    def put_across(
+        self, key: Hashable, value: object, *, scope: Sequence[object], same: Sequence[object] = ()
+    ) -> None:
         """Keep ``value`` for ``key`` as ``across`` does (replacing what was kept)."""
         with self._lock:
-            _trim(self._across)
-            self._across[key] = (tuple(same), value)
+            where = _scope(scope)
+            values = self._across.pop(where, None)
+            if values is None:
+                values = {}
+                while len(self._across) >= ACROSS_SCOPES:
+                    del self._across[next(iter(self._across))]
+            self._across[where] = values  # the scope used last goes last
+            _trim(values)
+            values[key] = (tuple(same), value)
 
     def put(self, snapshot: Snapshot, key: Hashable, value: object) -> None:
         """Keep ``value`` for ``key`` (replacing what was kept) while ``snapshot`` is current."""
@@ -275,6 +295,14 @@ class SnapshotMemo:
 #: waiting gang of a big cluster keeps a few: dropping all at once made the next calls pay
 #: for all of them again).
 MEMO_VALUES = 2048
+
+
+#: How many scopes ``SnapshotMemo.across`` keeps values for (the oldest used goes first).
+ACROSS_SCOPES = 12
+
+
+def _scope(objects: Sequence[object]) -> tuple[_Identity, ...]:
+    return tuple(_Identity(o) for o in objects)
 
 
 def _trim(values: dict[Hashable, Any]) -> None:

@@ -662,11 +662,11 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     # while the pods that hold room keep their rows, ends and releases) and the members of
     # the gangs in it.
     members = [p for g in [*([head] if head is not None else []), *ahead] for p in g.members]
-    inputs = [view, order, *members]
-    made, horizon, occupants = o.kept.across(key, chain, same=inputs)
+    scope = [view, order]
+    made, horizon, occupants = o.kept.across(key, chain, scope=scope, same=members)
     if not (made == o.now or made < o.now < horizon):
         made, horizon, occupants = chain()
-        o.kept.put_across(key, (made, horizon, occupants), same=inputs)
+        o.kept.put_across(key, (made, horizon, occupants), scope=scope, same=members)
 
     def start() -> float | None:
         found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy,
@@ -675,7 +675,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in job.core)
-    found = o.kept.across((*key, shape), start, same=[*inputs, occupants])
+    found = o.kept.across((*key, shape), start, scope=scope, same=[*members, occupants])
     return None if found is None else max(found, o.now)
 
 
@@ -702,7 +702,7 @@ def _free_at(o: Outlook, job: Job, view: NodeView) -> float | None:
             start = o.kept.across(
                 key,
                 lambda: _reserved_start(o, job, snapshot),
-                same=[o.session.backfill_view(), order],
+                scope=[o.session.backfill_view(), order],
             )
         return None if start is None else max(start, o.now)
     return _reserved_start(o, job, snapshot, domains)
@@ -977,7 +977,7 @@ def _priority_fix(o: Outlook, job: Job, queue: str) -> list[Fix]:
     return o.kept.across(
         key,
         lambda: _find_priority_fix(o, job, queue, units),
-        same=[units.token, o.session.backfill_view(), o.config],
+        scope=[units.token, o.session.backfill_view(), o.config],
     )
 
 
@@ -1142,7 +1142,9 @@ def _focus(
     view = _freed_below(o, snapshot, found, lower, priority)
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in core)
     placed = o.kept.across(
-        ("focus", shape, o.strategy), lambda: allocate(view, core, strategy=o.strategy), same=[view]
+        ("focus", shape, o.strategy),
+        lambda: allocate(view, core, strategy=o.strategy),
+        scope=[view],
     )
     if not placed.complete:
         return list(units)
