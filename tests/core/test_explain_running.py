@@ -316,6 +316,12 @@ def test_the_view_without_lower_units_kept_equals_one_freed_from_scratch(seed: i
         assert np.array_equal(view.gpu_free, scratch.gpu_free), step
         kept += view is last_view
         last_view = view
+        placement = snapshot.placement
+        nodes = set(rng.sample(sorted(snapshot.view.index), 3))
+        listed = [u for u in found.units if any(placement.get(p.uid) in nodes for p in u.pods)]
+        on = found.on(nodes)
+        assert sorted(on, key=_order) == sorted(listed, key=_order), step
+        assert len(on) == len(listed), step
     assert kept > 5  # kept across running pods' events, not freed again each time
 
 

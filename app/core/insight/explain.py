@@ -1000,6 +1000,17 @@ class _Units:
     units: list[Unit] = field(default_factory=list)
     #: The same object while the units are brought up to date from the last ones.
     lineage: object = None
+    #: Per node, the pods running there on their own whose units are in ``lone``.
+    by_node: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def on(self, nodes: set[str]) -> list[Unit]:
+        """The units with a pod on one of ``nodes``: the gangs' in their order, then the
+        lone pods' by node."""
+        placement = self.snapshot.placement
+        out = [u for u in self.gangs if any(placement.get(p.uid) in nodes for p in u.pods)]
+        for node in sorted(nodes):
+            out.extend(self.lone[uid] for uid in sorted(self.by_node.get(node, ())))
+        return out
 
     def fresh(self, now: float) -> bool:
         """Whether the units are still right at ``now`` (as far as the clock goes)."""
@@ -1036,7 +1047,7 @@ def _units(o: Outlook) -> _Units:
         lone = {u.pods[0].uid: u for u in units if u.key.startswith("pod:")}
         found = _Units(snapshot, key, o.config, o.protection, o.now, min(young, default=math.inf),
                        units[: len(units) - len(lone)], lone, object(), units,
-                       object())  # fmt: skip
+                       object(), _by_node(snapshot, lone))  # fmt: skip
     last[0] = found
     o.kept.put_steady(snapshot, key, found)
     return found
@@ -1092,7 +1103,28 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
             lone[uid] = after[2]
     token = kept.token if alike else object()
     units = [*kept.gangs, *lone.values()]
-    return replace(kept, snapshot=new, lone=lone, token=token, units=units)
+    by_node = kept.by_node
+    if lone is not kept.lone:  # the changed pods' nodes, before and after
+        by_node = dict(by_node)
+        was = {uid: old.placement.get(uid) for uid in changed if uid in kept.lone}
+        now = {uid: new.placement.get(uid) for uid in changed if uid in lone}
+        for node in {*was.values(), *now.values()} - {None}:
+            assert node is not None
+            here = set(by_node.get(node, ()))
+            here -= {u for u, n in was.items() if n == node}
+            here |= {u for u, n in now.items() if n == node}
+            by_node[node] = frozenset(here)
+    return replace(kept, snapshot=new, lone=lone, token=token, units=units, by_node=by_node)
+
+
+def _by_node(snapshot: Snapshot, lone: dict[str, Unit]) -> dict[str, frozenset[str]]:
+    """Per node, the uids of ``lone`` placed there."""
+    found: dict[str, set[str]] = {}
+    for uid in lone:
+        node = snapshot.placement.get(uid)
+        if node:
+            found.setdefault(node, set()).add(uid)
+    return {node: frozenset(uids) for node, uids in found.items()}
 
 
 def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
@@ -1148,8 +1180,8 @@ def _focus(
     )
     if not placed.complete:
         return list(units)
-    nodes = set(placed.placed.values())
-    return [u for u in units if any(snapshot.placement.get(p.uid) in nodes for p in u.pods)]
+    # Where each unit sits in the list changes no search (see ``_units_since``).
+    return found.on(set(placed.placed.values()))
 
 
 def _freed_below(
