@@ -26,7 +26,7 @@ from app.core.insight import explain
 from app.core.insight.explain import explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
 from app.core.model.values import Pod
-from app.core.state.cache import ClusterCache, Snapshot
+from app.core.state.cache import ChangeLog, ClusterCache, Snapshot
 from app.core.state.diff import changed_pods
 from tests.core import test_cache_placed
 from tests.core.scenario import NOW
@@ -187,16 +187,31 @@ def test_changed_pods_names_exactly_the_pods_that_differ(seed: int) -> None:
     cache = ClusterCache()
     cache.upsert_nodes([node(n, gpus=4) for n in test_cache_placed.NODES])
     before = cache.snapshot()
-    seen = 0
+    seen = logged = 0
     for step in range(300):
         test_cache_placed.event(cache, rng, step)
         after = cache.snapshot()
         assert changed_pods(before, after) == _by_hand(before, after), step
+        assert after.changes is not None
+        said = after.changes.since(before.generation, after.generation)
+        if said is not None:  # what the cache recorded names the same pods
+            assert said == _by_hand(before, after), step
+            logged += 1
         seen += bool(_by_hand(before, after))
         before = after
     cache.upsert_nodes([node("another", gpus=4)])
     assert changed_pods(before, cache.snapshot()) is None  # other nodes: anything may differ
-    assert seen > 100
+    assert seen > 100 and logged > 100
+
+
+def test_the_change_log_says_nothing_beyond_what_it_holds() -> None:
+    log = ChangeLog(size=4)
+    for generation in range(1, 11):
+        log.record(generation, (f"p{generation}",) if generation != 6 else None)
+    assert log.since(8, 10) == {"p9", "p10"}
+    assert log.since(10, 10) == frozenset()
+    assert log.since(5, 7) is None  # generation 6 did not say which pods it changed
+    assert log.since(0, 3) is None  # no longer held
 
 
 def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -> None:

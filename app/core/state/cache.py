@@ -11,6 +11,7 @@ in-memory gateway in standalone mode), and *forgotten* on bind failure or after 
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter
@@ -161,6 +162,9 @@ class Snapshot:
     #: snapshot made by hand). What is derived from nodes and placed pods alone may be kept
     #: while it is the same, across pending pods coming and going.
     placed_generation: int = 0
+    #: The cache's record of which pods each generation changed (None: a snapshot made by
+    #: hand); ``app.core.state.diff`` reads it.
+    changes: ChangeLog | None = None
 
     def holds_node(self, pod: Pod) -> bool:
         """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
@@ -322,6 +326,41 @@ def shortfall(requests: Resources, free: Iterable[int]) -> str:
     return "; ".join(parts)
 
 
+class ChangeLog:
+    """Per cache generation, the uids of the pods whose object, placement, reservation,
+    assumed bind, bind time, gang or devices it changed, or ``None`` when that is not
+    recorded (then anything may have changed). Holds the last ``size`` generations."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._size = size
+        self._generations: list[int] = []
+        self._uids: list[tuple[str, ...] | None] = []
+
+    def record(self, generation: int, uids: tuple[str, ...] | None) -> None:
+        """Generation ``generation`` (above every one recorded) changed ``uids``."""
+        with self._lock:
+            if len(self._generations) >= 2 * self._size:
+                del self._generations[: self._size], self._uids[: self._size]
+            self._generations.append(generation)
+            self._uids.append(uids)
+
+    def since(self, old: int, new: int) -> frozenset[str] | None:
+        """The uids changed by generations ``old + 1`` to ``new`` (None: not known)."""
+        with self._lock:
+            start = bisect.bisect_right(self._generations, old)
+            stop = bisect.bisect_right(self._generations, new)
+            covered = self._generations[start:stop]
+            if len(covered) != new - old or (covered and covered[0] != old + 1):
+                return None  # some generations are no longer (or never were) recorded
+            out: set[str] = set()
+            for uids in self._uids[start:stop]:
+                if uids is None:
+                    return None
+                out.update(uids)
+            return frozenset(out)
+
+
 class ClusterCache:
     """Thread-safe store of nodes and pods with assume/confirm/forget for binds in flight."""
 
@@ -363,6 +402,7 @@ class ClusterCache:
         self._wall = time.time
         self._generation = 0
         self._placed_generation = 0
+        self._changes = ChangeLog()
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
         self._synced = False
@@ -537,7 +577,7 @@ class ClusterCache:
             and (not target or (old is not None and old.requests == pod.requests))
             and self._devices.held(pod.uid) == held_before
         )
-        self._bump(nodes=not usage_same, placed=counted or self._counted(pod.uid))
+        self._bump(nodes=not usage_same, placed=counted or self._counted(pod.uid), uids=(pod.uid,))
 
     def _counted(self, uid: str) -> bool:
         """Whether pod ``uid`` is placed, assumed or reserved (see ``placed_generation``)."""
@@ -635,7 +675,7 @@ class ClusterCache:
         if old is not None:
             placed_before = uid in self._placement
             self._move(uid, old.requests, old.requests, "")
-            self._bump(nodes=placed_before, placed=counted)
+            self._bump(nodes=placed_before, placed=counted, uids=(uid,))
         self._queue_key.pop(uid, None)
 
     def _move(
@@ -1118,6 +1158,7 @@ class ClusterCache:
                     devices=MappingProxyType(self._devices.holders()),
                     generation=self._generation,
                     placed_generation=self._placed_generation,
+                    changes=self._changes,
                 )
             return self._snapshot
 
@@ -1173,11 +1214,15 @@ class ClusterCache:
         (bound, binding or planned): a pending pod coming, changing or going leaves it."""
         return self._placed_generation
 
-    def _bump(self, *, nodes: bool = True, placed: bool = True) -> None:
+    def _bump(
+        self, *, nodes: bool = True, placed: bool = True, uids: tuple[str, ...] | None = None
+    ) -> None:
         """Something changed: a new generation; ``nodes``: node usage or nodes changed too;
         ``placed``: a pod that holds or held a node (or a plan's room) changed (implied by
-        ``nodes``)."""
+        ``nodes``); ``uids``: the only pods whose facts changed (``ChangeLog``; None: not
+        said, so any may have)."""
         self._generation += 1
+        self._changes.record(self._generation, uids)
         if nodes or placed:
             self._placed_generation = self._generation
         if nodes:

@@ -46,6 +46,11 @@ def _facts(snapshot: Snapshot) -> tuple[object, ...]:
 def _changed(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
     if old.view.table is not new.view.table:
         return None
+    log = new.changes
+    if log is not None and old.changes is log and old.generation <= new.generation:
+        said = log.since(old.generation, new.generation)
+        if said is not None:
+            return said
     out: set[str] = set()
     _differ(old.pods, new.pods, out, by_identity=True)
     for a, b in (
