@@ -109,7 +109,8 @@ class QueueNames:
         """Forget pods that are gone once the memo grows well past the gang members."""
         live = members.gang_members
         if len(self._memo) > 2 * len(live) + 1024:
-            self._memo = {u: m for u, m in self._memo.items() if u in live}
+            # A copy first: explain threads add to the memo while a cycle prunes it.
+            self._memo = {u: m for u, m in list(self._memo.items()) if u in live}
 
 
 def signature(pod: Pod) -> tuple[object, ...]:
