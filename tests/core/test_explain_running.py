@@ -78,6 +78,7 @@ def _cluster(
     count: int = 10,
     gpus: Sequence[int] = (2, 4),
     priorities: Sequence[int] = (0, 0, 5),
+    min_runtime: float = 0.0,
 ) -> tuple[ClusterCache, Planner, list[float]]:
     """``count`` of Muster's pods running on ``nodes`` (8 GPUs each), three gangs waiting."""
     cache = ClusterCache()
@@ -91,7 +92,9 @@ def _cluster(
     cache.upsert_pods([*running, *gangs])
     cache.mark_synced()
     clock = [NOW]
-    planner = Planner(cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=0.0)
+    planner = Planner(
+        cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=min_runtime
+    )
     return cache, planner, clock
 
 
@@ -143,15 +146,19 @@ def _units_from_scratch(outlook: Outlook) -> list[Any]:
     )
 
 
+@pytest.mark.parametrize("protected", [0.0, 300.0], ids=["unprotected", "protected 5 min"])
 @pytest.mark.parametrize("seed", range(4))
-def test_units_brought_up_to_date_equal_units_found_from_scratch(seed: int) -> None:
+def test_units_brought_up_to_date_equal_units_found_from_scratch(
+    seed: int, protected: float
+) -> None:
+    """With protection, pods that start are young for a while and come of age later."""
     rng = random.Random(seed)
-    cache, planner, clock = _cluster(rng)
+    cache, planner, clock = _cluster(rng, min_runtime=protected)
     kept_token = 0
     last_token: object = None
     for step in range(80):
         _running_event(cache, planner, rng, step)
-        clock[0] += rng.choice([0.0, 0.0, 1.0, 5.0])
+        clock[0] += rng.choice([0.0, 0.0, 1.0, 5.0, 60.0])
         outlook = planner.look()
         found = explain._units(outlook)
         scratch = _units_from_scratch(outlook)

@@ -1072,8 +1072,8 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
     key of a lone pod's unit is its own, so where it sits in the list changes no answer."""
     if kept.key != key or kept.config is not o.config or kept.protection is not o.protection:
         return None
-    if not kept.fresh(o.now):
-        return None
+    if not kept.since <= o.now < kept.young:
+        return None  # a protected unit came of age (or the clock went back)
     old, new = kept.snapshot, o.session.snapshot
     changed = changed_pods(old, new)
     if changed is None or len(changed) > FEW_CHANGES:
@@ -1102,6 +1102,11 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
         if after[2] is not None:
             lone[uid] = after[2]
     token = kept.token if alike else object()
+    since = kept.since
+    if not kept.fresh(o.now):
+        # Kept too long for victims ordered by work lost: the same units (none came of
+        # age), found anew now.
+        since, token = o.now, object()
     units = [*kept.gangs, *lone.values()]
     by_node = kept.by_node
     if lone is not kept.lone:  # the changed pods' nodes, before and after
@@ -1114,7 +1119,9 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
             here -= {u for u, n in was.items() if n == node}
             here |= {u for u, n in now.items() if n == node}
             by_node[node] = frozenset(here)
-    return replace(kept, snapshot=new, lone=lone, token=token, units=units, by_node=by_node)
+    return replace(
+        kept, snapshot=new, since=since, lone=lone, token=token, units=units, by_node=by_node
+    )
 
 
 def _by_node(snapshot: Snapshot, lone: dict[str, Unit]) -> dict[str, frozenset[str]]:
