@@ -366,3 +366,23 @@ def test_values_kept_across_snapshots_are_kept_per_scope_for_the_last_scopes() -
     assert memo.across("k", lambda: make("f"), scope=[scopes[-1]]) == "e"  # still kept
     assert memo.across("k", lambda: make("g"), scope=[view]) == "g"  # the oldest went
     assert made == ["a", "c", "d", *["e"] * ACROSS_SCOPES, "g"]
+
+
+def test_units_keep_past_ten_seconds_only_while_their_order_by_work_lost_cannot_change() -> None:
+    """Lone pods' units order by start whatever the clock: kept until one comes of age. A
+    running gang of two pods holding as many GPUs as a lone pod may overtake it in work lost
+    (seconds run times pods) as the clock moves: kept ten seconds at most then."""
+    rng = random.Random(5)
+    cache, planner, clock = _cluster(rng)
+    outlook = planner.look()
+    assert explain._units(outlook).timeless
+    clock[0] += 3600.0
+    later = planner.look()
+    assert explain._units(later).token is explain._units(outlook).token
+    gang = [replace(_member("pair", i, 2, 1, 0, "1h"), node_name=NODES[i], phase="Running",
+                    started=clock[0] - 600) for i in (0, 1)]  # fmt: skip
+    cache.upsert_pods([replace(p, scheduler_name="muster") for p in gang])
+    found = explain._units(planner.look())
+    assert any(len(u.pods) == 2 for u in found.units)
+    assert not found.timeless
+    assert not found.fresh(found.since + explain.UNITS_SECONDS)

@@ -1012,8 +1012,19 @@ class _Units:
             out.extend(self.lone[uid] for uid in sorted(self.by_node.get(node, ())))
         return out
 
+    #: The groups (priority, kind, GPUs) in which some unit has more than one pod: a lone
+    #: pod's unit there could be ordered differently by work lost as the clock moves.
+    crossing: frozenset[tuple[int, bool, int]] = frozenset()
+    #: Whether every unit started by ``since`` and the units of each group have one size.
+    timeless: bool = False
+
     def fresh(self, now: float) -> bool:
-        """Whether the units are still right at ``now`` (as far as the clock goes)."""
+        """Whether the units are still right at ``now`` (as far as the clock goes): until a
+        protected one comes of age, and for ``UNITS_SECONDS`` unless their order by work lost
+        cannot change (``timeless``: units of one pod each, or alone in their group, that
+        started by then keep their order by start as the clock moves)."""
+        if self.timeless:
+            return self.since <= now < self.young
         return self.since <= now < min(self.young, self.since + UNITS_SECONDS)
 
 
@@ -1045,12 +1056,25 @@ def _units(o: Outlook) -> _Units:
             lone=lone_memo(o, "queue names"),
         )
         lone = {u.pods[0].uid: u for u in units if u.key.startswith("pod:")}
+        gangs_units = units[: len(units) - len(lone)]
+        sizes: dict[tuple[int, bool, int], set[int]] = {}
+        for unit in units:
+            sizes.setdefault(_group(unit), set()).add(len(unit.pods))
+        crossing = frozenset(g for g, n in sizes.items() if n != {1})
+        timeless = all(len(n) == 1 for n in sizes.values()) and all(
+            u.started <= o.now for u in units
+        )
         found = _Units(snapshot, key, o.config, o.protection, o.now, min(young, default=math.inf),
-                       units[: len(units) - len(lone)], lone, object(), units,
-                       object(), _by_node(snapshot, lone))  # fmt: skip
+                       gangs_units, lone, object(), units, object(), _by_node(snapshot, lone),
+                       crossing, timeless)  # fmt: skip
     last[0] = found
     o.kept.put_steady(snapshot, key, found)
     return found
+
+
+def _group(unit: Unit) -> tuple[int, bool, int]:
+    """What victim searches order units by before work lost."""
+    return (unit.priority, unit.elastic, unit.gpus)
 
 
 def _queue_of_pod(o: Outlook) -> Callable[[Pod], str | None]:
@@ -1103,6 +1127,11 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
             lone[uid] = after[2]
     token = kept.token if alike else object()
     since = kept.since
+    timeless = kept.timeless and all(
+        u.started <= since and _group(u) not in kept.crossing
+        for uid in changed
+        if (u := lone.get(uid)) is not None
+    )
     if not kept.fresh(o.now):
         # Kept too long for victims ordered by work lost: the same units (none came of
         # age), found anew now.
@@ -1119,9 +1148,8 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
             here -= {u for u, n in was.items() if n == node}
             here |= {u for u, n in now.items() if n == node}
             by_node[node] = frozenset(here)
-    return replace(
-        kept, snapshot=new, since=since, lone=lone, token=token, units=units, by_node=by_node
-    )
+    return replace(kept, snapshot=new, since=since, lone=lone, token=token, units=units,
+                   by_node=by_node, timeless=timeless)  # fmt: skip
 
 
 def _by_node(snapshot: Snapshot, lone: dict[str, Unit]) -> dict[str, frozenset[str]]:
