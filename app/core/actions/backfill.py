@@ -185,7 +185,7 @@ class _Last:
 
 
 #: Changed pods beyond this many: ``ending`` reads every pod again.
-_FEW_CHANGES = 64
+_FEW_CHANGES = 1024
 
 
 def _updated(last: _Last, new: Snapshot, now: float, memo: EndingMemo) -> Ending | None:

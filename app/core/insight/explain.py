@@ -1082,7 +1082,7 @@ def _queue_of_pod(o: Outlook) -> Callable[[Pod], str | None]:
 
 
 #: Changed pods beyond this many: the running units are found again from every pod.
-FEW_CHANGES = 64
+FEW_CHANGES = 1024
 
 
 def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | None:
