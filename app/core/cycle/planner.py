@@ -957,7 +957,7 @@ class Planner:
         return applied
 
     def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
-        names = {self._queue_names.of(p, config, member=True) for p in gang.members}
+        names = self._queue_names.of_members(gang.members, config)
         if len(names) > 1:
             gang.problem = (
                 gang.problem or f"members name different queues ({', '.join(sorted(names))})"
