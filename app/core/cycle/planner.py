@@ -1238,10 +1238,22 @@ def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...], Ask | None] 
     return gang.pending[: gang.min_member], (gang.min_member, *shape), shape[3][0]
 
 
-def _member_shape(pod: Pod) -> tuple[Resources, Constraint, GpuAsk, tuple[Ask | None, str]]:
+_Shape = tuple[Resources, Constraint, GpuAsk, tuple[Ask | None, str]]
+
+
+def _member_shape(pod: Pod) -> _Shape:
     """What makes members alike for ``_alike_core`` (their topology ask as ``ask_of`` of the
-    pod alone: members with the same one have it as their gang's ask)."""
-    return pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+    pod alone: members with the same one have it as their gang's ask). Equal shapes are one
+    object (``_KINDS``), so comparing alike members' shapes compares no fields."""
+    shape = pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+    if len(_KINDS) >= _MAX_KINDS:
+        _KINDS.clear()
+    return _KINDS.setdefault(shape, shape)
+
+
+#: Every distinct ``_member_shape``, to hand out one object per shape; at most ``_MAX_KINDS``.
+_KINDS: dict[_Shape, _Shape] = {}
+_MAX_KINDS = 4096
 
 
 #: ``_member_shape`` per pod object.

@@ -8,7 +8,7 @@ whether waiting work would finish before a reservation starts (backfill).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Generic, TypeVar
 
@@ -38,6 +38,11 @@ def parse_duration(text: str) -> float | None:
 def declared_runtime(pod: Pod) -> float | None:
     """The pod's declared expected runtime in seconds, if it declares a valid one."""
     return _DECLARED.of(pod)
+
+
+def declared_runtimes(pods: Iterable[Pod]) -> set[float | None]:
+    """``declared_runtime`` of each of ``pods``, each distinct value once."""
+    return set(map(_DECLARED.of, pods))
 
 
 class PodFact(Generic[T]):
