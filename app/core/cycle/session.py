@@ -131,6 +131,7 @@ class Session:
         whole_rows: list[int] = []
         whole_devices: list[int] = []
         ask_of, ops = GpuAsk.of, self.statement.ops
+        last, row, here = "", -1, []  # the node of the pod before (a gang's run on a node)
         for gang, placements, devices in reservations:
             for uid, node in placements.items():
                 pod = pods[uid]
@@ -140,11 +141,13 @@ class Session:
                     if self._node_of(uid) == node:
                         continue
                     self._take_back(uid)  # (usage sums commute: added once at the end)
-                row = index[node]
-                found = rows.get(row)
-                if found is None:
-                    found = rows[row] = ([], None)
-                found[0].append(pod)
+                if node != last:
+                    row = index[node]
+                    found = rows.get(row)
+                    if found is None:
+                        found = rows[row] = ([], None)
+                    last, here = node, found[0]
+                here.append(pod)
                 chosen = devices.get(uid)
                 if chosen:
                     ask = ask_of(pod)
@@ -152,10 +155,10 @@ class Session:
                         whole_rows.append(row)
                         whole_devices.append(chosen[0])
                     else:
-                        free = found[1]
+                        free = rows[row][1]
                         if free is None:
                             free = self._writable()[1][row, : device_count(nodes[row])]
-                            rows[row] = (found[0], free)
+                            rows[row] = (here, free)
                         take(free, ask, chosen, reported=force)
                     reserved[uid] = (node, tuple(chosen))
                 else:
