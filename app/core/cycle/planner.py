@@ -931,10 +931,13 @@ class Planner:
         applied = session.commit()
         plans = session.plans
         members = session.snapshot.gang_members
+        last, plan = "", plans.get("")
         for uid, devices in applied.devices.items():
             gang = members.get(uid, "")
-            if gang in plans and uid in plans[gang].members:
-                plans[gang].devices[uid] = devices
+            if gang != last:  # (a gang's members come one after another)
+                last, plan = gang, plans.get(gang)
+            if plan is not None and uid in plan.members:
+                plan.devices[uid] = devices
         dropped = set()
         for i, status in applied.refused.items():
             op = session.statement.ops[i]
@@ -1228,13 +1231,12 @@ def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...], Ask | None] 
     members = gang.members
     if len(members) < gang.min_member:
         return None
-    shape_of = _SHAPES.of
-    shape = shape_of(members[0])
+    shapes = _SHAPES.of_each(members)
+    shape = shapes[0]
     if shape[2].shared or shape[3][1]:
         return None  # a GPU share, or members that contradict each other's topology ask
-    for pod in members[1:]:
-        if shape_of(pod) != shape:
-            return None
+    if shapes.count(shape) != len(shapes):  # (equal shapes are one object: no fields compared)
+        return None
     return gang.pending[: gang.min_member], (gang.min_member, *shape), shape[3][0]
 
 

@@ -42,7 +42,7 @@ def declared_runtime(pod: Pod) -> float | None:
 
 def declared_runtimes(pods: Iterable[Pod]) -> set[float | None]:
     """``declared_runtime`` of each of ``pods``, each distinct value once."""
-    return set(map(_DECLARED.of, pods))
+    return set(_DECLARED.of_each(pods))
 
 
 class PodFact(Generic[T]):
@@ -68,6 +68,15 @@ class PodFact(Generic[T]):
             self._kept = {}
         self._kept[pod.uid] = (pod, value)
         return value
+
+    def of_each(self, pods: Iterable[Pod]) -> list[T]:
+        """``of`` of each of ``pods`` (the memo read in line: a cycle asks for every member)."""
+        out: list[T] = []
+        kept = self._kept
+        for pod in pods:
+            hit = kept.get(pod.uid)
+            out.append(hit[1] if hit is not None and hit[0] is pod else self.of(pod))
+        return out
 
 
 def _declared_runtime(pod: Pod) -> float | None:
