@@ -268,7 +268,7 @@ class Gang:
     @property
     def priority(self) -> int:
         """The highest priority among members and the group object's (if it states one)."""
-        members = max((p.priority for p in self.members), default=0)
+        members = max(map(_PRIORITY, self.members), default=0)
         if self.group is not None and self.group.priority is not None:
             return max(members, self.group.priority)
         return members
@@ -276,7 +276,7 @@ class Gang:
     @property
     def created(self) -> float:
         """When the first member was created."""
-        return min((p.created for p in self.members), default=0.0)
+        return min(map(_CREATED, self.members), default=0.0)
 
     @property
     def running(self) -> bool:
@@ -321,6 +321,8 @@ def collect_gangs(pods: Iterable[Pod], holds_node: Callable[[Pod], bool]) -> dic
 
 #: A member's place among its gang's members: oldest first, then by name.
 _BY_AGE = operator.attrgetter("created", "name")
+_PRIORITY = operator.attrgetter("priority")
+_CREATED = operator.attrgetter("created")
 
 
 def _agree(gang: Gang, specs: list[GangSpec]) -> None:
