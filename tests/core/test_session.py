@@ -332,3 +332,16 @@ def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -
         thread.join()
     # Once the cycle is over, the member is planned on demand as before.
     assert planner.verdict(c).node == "n0"
+
+
+def test_plans_of_a_run_of_alike_gangs_get_distinct_random_ids() -> None:
+    blocks = {"network.topology.nvidia.com/block": "b0"}
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8, labels=blocks) for i in range(4)])
+    cache.upsert_pods([member(f"g{k}", i, minimum=4) for k in range(6) for i in range(4)])
+    planner = Planner(cache, strategy="binpack", scheduler_name="muster")
+    planned = planner.cycle()
+    assert len(planned) == 6
+    ids = [plan.id for plan in (planner.plan(key) for key in planned) if plan is not None]
+    assert len(set(ids)) == 6
+    assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)

@@ -17,6 +17,7 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 import time
 from collections import Counter
@@ -896,6 +897,7 @@ class Planner:
         config = self._queues.config
         done: list[str] = []
         taken: list[tuple[str, dict[str, str], dict[str, tuple[int, ...]]]] = []
+        ids = secrets.token_hex(6 * len(run))  # the plans' ids, drawn at once
         for at, (gang, members) in enumerate(run):
             if len(by_queue) > 1 and _turn(by_queue, usage, config) != queue:
                 break
@@ -908,14 +910,16 @@ class Planner:
                 if gpu.count
                 else {}
             )
-            taken.append((gang.key, spots, chosen))
+            key = gang.key
+            taken.append((key, spots, chosen))
             usage.add(queue, demand)
-            plan = Plan.of(gang, spots, now, now + (gang.timeout or self._plan_ttl), queue=queue)
+            expires = now + (gang.timeout or self._plan_ttl)
+            plan = Plan.of(gang, spots, now, expires, queue=queue, id=ids[12 * at : 12 * at + 12])
             plan.devices.update(chosen)
-            session.plans[gang.key] = plan
-            self._reasons.pop(gang.key, None)
-            self._hints.pop(gang.key, None)
-            done.append(gang.key)
+            session.plans[key] = plan
+            self._reasons.pop(key, None)
+            self._hints.pop(key, None)
+            done.append(key)
         if taken:
             session.reserve_all(taken)
         if len(done) == whole:
