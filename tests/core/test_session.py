@@ -335,10 +335,12 @@ def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -
 
 
 def test_plans_of_a_run_of_alike_gangs_get_distinct_random_ids() -> None:
-    blocks = {"network.topology.nvidia.com/block": "b0"}
     cache = ClusterCache()
-    cache.upsert_nodes([node(f"n{i}", gpus=8, labels=blocks) for i in range(4)])
-    cache.upsert_pods([member(f"g{k}", i, minimum=4) for k in range(6) for i in range(4)])
+    cache.upsert_nodes(
+        [node(f"n{i}", gpus=8, labels={"network.topology.nvidia.com/block": f"b{i // 4}"})
+         for i in range(8)]
+    )  # fmt: skip
+    cache.upsert_pods([member(f"g{k}", i) for k in range(6) for i in range(2)])
     planner = Planner(cache, strategy="binpack", scheduler_name="muster")
     planned = planner.cycle()
     assert len(planned) == 6
