@@ -17,6 +17,7 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 from __future__ import annotations
 
 import math
+import operator
 import secrets
 import threading
 import time
@@ -1269,7 +1270,10 @@ _SHAPES = PodFact(_member_shape)
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
     """Whether a pending member of ``gang`` is not in ``plan`` (an elastic one to place)."""
     planned = plan.members if plan is not None else {}
-    return any(p.uid not in planned for p in gang.pending)
+    return not all(map(planned.__contains__, map(_UID, gang.pending)))
+
+
+_UID = operator.attrgetter("uid")
 
 
 def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
