@@ -11,6 +11,7 @@ from app.core.cycle import planner as planner_module
 from app.core.cycle.planner import Planner
 from app.core.cycle.plans import Plan
 from app.core.cycle.session import Session, SessionClosed
+from app.core.gpu.ask import GpuOvercommit
 from app.core.model.labels import GPU_IDS
 from app.core.model.status import Code
 from app.core.model.values import Pod
@@ -51,6 +52,51 @@ def test_reservations_show_in_the_session_and_reach_the_cache_only_on_commit() -
     assert applied.refused == {} and applied.clean
     assert gpu_used(cache) == 6
     assert cache.devices_of(a.uid) == (0, 1, 2) and cache.devices_of(b.uid) == (3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("devices", "taken"),
+    [
+        ({"a": (2,), "b": (2,)}, ()),  # one whole GPU picked for two pods
+        ({"a": (0,), "b": (8,)}, ()),  # a device the node does not have
+        ({"a": (0,), "b": (-1,)}, ()),
+        ({"a": (0,), "b": (1,)}, (1,)),  # a device another reservation took
+        ({"a": (0,), "b": (1,)}, ("share",)),  # a device partly taken
+    ],
+)
+def test_whole_gpu_picks_taken_together_are_still_checked(
+    devices: dict[str, tuple[int, ...]], taken: tuple[object, ...]
+) -> None:
+    a, b, c = member("g", 0), member("g", 1), member("h", 0, minimum=1)
+    share = pod("s", annotations={"muster.io/gpu-fraction": "0.5"})
+    cache = cache_with(a, b, c, share)
+    session = Session(cache, {})
+    if taken == (1,):
+        session.reserve("default/h", {c.uid: "n0"}, {c.uid: (1,)})
+    elif taken:
+        session.reserve("", {share.uid: "n0"}, {share.uid: (1,)})
+    uids = {"a": a.uid, "b": b.uid}
+    picks = {uids[k]: v for k, v in devices.items()}
+    with pytest.raises(GpuOvercommit):
+        session.reserve_all([("default/g", {a.uid: "n0", b.uid: "n0"}, picks)])
+
+
+def test_whole_gpu_picks_of_many_reservations_are_taken_together() -> None:
+    pods = [member(f"g{k}", i, minimum=2) for k in range(3) for i in range(2)]
+    cache = cache_with(*pods, nodes=2)
+    session = Session(cache, {})
+    runs = [
+        (f"default/g{k}", {pods[2 * k].uid: "n0", pods[2 * k + 1].uid: "n1"},
+         {pods[2 * k].uid: (k,), pods[2 * k + 1].uid: (7 - k,)})
+        for k in range(3)
+    ]  # fmt: skip
+    session.reserve_all(runs)
+    free = session.view().gpu_free
+    assert free[0, :8].tolist() == [0, 0, 0] + [1000] * 5
+    assert free[1, :8].tolist() == [1000] * 5 + [0, 0, 0]
+    assert session.view().used_of("n0").gpu == 3000
+    assert session.commit().refused == {}
+    assert cache.devices_of(pods[5].uid) == (5,)
 
 
 def test_discard_leaves_the_cache_as_it_was_and_the_session_cannot_be_used_after() -> None:
@@ -286,3 +332,18 @@ def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -
         thread.join()
     # Once the cycle is over, the member is planned on demand as before.
     assert planner.verdict(c).node == "n0"
+
+
+def test_plans_of_a_run_of_alike_gangs_get_distinct_random_ids() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes(
+        [node(f"n{i}", gpus=8, labels={"network.topology.nvidia.com/block": f"b{i // 4}"})
+         for i in range(8)]
+    )  # fmt: skip
+    cache.upsert_pods([member(f"g{k}", i) for k in range(6) for i in range(2)])
+    planner = Planner(cache, strategy="binpack", scheduler_name="muster")
+    planned = planner.cycle()
+    assert len(planned) == 6
+    ids = [plan.id for plan in (planner.plan(key) for key in planned) if plan is not None]
+    assert len(set(ids)) == 6
+    assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)

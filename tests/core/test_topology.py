@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.cli import _serve_settings, build_parser
@@ -364,6 +365,49 @@ def test_tree_levels_sums_and_memo() -> None:
     from app.core.state.domains import tree_for
 
     assert tree_for(view.table, DEFAULT_KEYS) is tree_for(cluster.cache.view().table, DEFAULT_KEYS)
+
+
+@pytest.mark.parametrize(("boxes", "expected"), [t[1:] for t in TREES], ids=[t[0] for t in TREES])
+def test_tree_padded_rows_are_each_domains_rows(
+    boxes: tuple[Box, ...], expected: dict[int, list[set[str]]]
+) -> None:
+    tree = tree_of(boxes)
+    for level in range(tree.depth):
+        padded = tree.padded(level)
+        assert padded is not None and padded.shape[0] == len(tree.domains_at(level))
+        for d, row in zip(tree.domains_at(level), padded.tolist(), strict=True):
+            assert row == d.rows.tolist() + [-1] * (padded.shape[1] - len(d.rows))
+
+
+def test_tree_padded_is_none_for_very_unequal_domains() -> None:
+    boxes = [(f"big{i}", "z1/s1/b1", 8, 0) for i in range(12)]
+    boxes += [(f"small{i}", f"z1/s1/c{i}", 8, 0) for i in range(12)]
+    tree = tree_of(boxes)
+    assert tree.padded(2) is None  # 13 domains x 12 > 4 x 24
+    assert tree.padded(3) is not None  # one node each
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_kept_bounds_at_once_match_domain_by_domain(seed: int) -> None:
+    import random
+
+    from app.core.actions import allocate_in_domain as aid
+
+    rng = random.Random(seed)
+    boxes = [
+        (f"n{i}", f"z1/s{rng.randrange(2)}/b{rng.randrange(5)}", 8, rng.randrange(9))
+        for i in range(rng.randrange(8, 40))
+    ]
+    view = cluster_of(boxes).cache.view()
+    tree = build(view.table, DEFAULT_KEYS)
+    for level in range(tree.depth):
+        domains = np.arange(len(tree.domains_at(level)))
+        for members in (1, 2, 3, 5, 9):
+            at_once = aid._kept(view, tree, level, domains, members)
+            tree._padded[level] = None  # the domain-by-domain way
+            one_by_one = aid._kept(view, tree, level, domains, members)
+            del tree._padded[level]
+            assert at_once == one_by_one
 
 
 # -- configuration ------------------------------------------------------------------------

@@ -328,19 +328,24 @@ def _best(
     keys = np.column_stack([left[:, _GPU], bound, left[:, _CPU], left[:, _MEMORY], candidates])
     best: tuple[tuple[int, ...], TopologyAllocation, int] | None = None
     order = np.lexsort(keys.T[::-1])
+    kept: list[int] | None = None  # ``_kept`` of the domains tried from ``since`` on
+    since = 0
     for tried, k in enumerate(order):
         lower = tuple(keys[k].tolist())
         if tried >= MAX_TRIES or (best is not None and lower >= best[0]):
             break
-        domain = tree.domains[level][int(candidates[k])]
-        gpus = np.maximum(view.allocatable[domain.rows, _GPU] - view.used[domain.rows, _GPU], 0)
-        if best is not None and len(gpus) > len(members):
+        if best is not None:
             # The members touch at most len(members) nodes, so one of the len(members) + 1
             # freest is left as it is: a tighter bound than the average, which skips domains
             # (empty blocks alike) that could not beat the best one without placing there.
-            kept = int(np.partition(gpus, -len(members) - 1)[-len(members) - 1])
-            if (lower[0], max(lower[1], kept), *lower[2:]) >= best[0]:
+            if kept is None:
+                since = tried
+                kept = _kept(view, tree, level, candidates[order[tried:MAX_TRIES]], len(members))
+            bound = kept[tried - since]
+            if bound >= 0 and (lower[0], max(lower[1], bound), *lower[2:]) >= best[0]:
                 continue
+        domain = tree.domains[level][int(candidates[k])]
+        gpus = np.maximum(view.allocatable[domain.rows, _GPU] - view.used[domain.rows, _GPU], 0)
         placed = _place_in(view, members, tree, level, domain.index, strategy)
         if not placed.complete:
             continue
@@ -359,6 +364,30 @@ def _best(
     alone = len(order) == 1 or keys[int(order[1]), 0] > keys[head, 0]
     first = int(candidates[head]) if alone and best[0][-1] == keys[head, -1] else None
     return best[1], free, first, best[2]
+
+
+def _kept(view: NodeView, tree: Tree, level: int, domains: np.ndarray, members: int) -> list[int]:
+    """Per domain of ``level`` in ``domains``: the free GPUs of its ``members + 1``-th freest
+    node (one node a gang of ``members`` pods leaves as it is); ``-1`` for a domain of at
+    most ``members`` nodes (no such bound). All at once when the tree's levels allow."""
+    padded = tree.padded(level)
+    if padded is not None and padded.shape[1] > members:
+        rows = padded[domains]
+        gpus = np.maximum(view.allocatable[rows, _GPU] - view.used[rows, _GPU], 0)
+        gpus[rows < 0] = -1  # padding: below every node
+        found = np.partition(gpus, -members - 1, axis=1)[:, -members - 1]
+        found[tree.sizes[level][domains] <= members] = -1
+        out: list[int] = found.tolist()
+        return out
+    out = []
+    for index in domains.tolist():
+        at = tree.domains[level][index].rows
+        if len(at) <= members:
+            out.append(-1)
+            continue
+        gpus = np.maximum(view.allocatable[at, _GPU] - view.used[at, _GPU], 0)
+        out.append(int(np.partition(gpus, -members - 1)[-members - 1]))
+    return out
 
 
 def _place_in(

@@ -7,14 +7,15 @@ import itertools
 import operator
 import threading
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.queues import QueueConfig
+from app.core.model.runtime import PodFact
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView, Snapshot, queue_key
+from app.core.state.cache import NodeView, QueueKey, Snapshot, queue_key
 from app.core.state.domains import Ask
 from app.core.state.queueusage import queue_name, resolve
 
@@ -92,6 +93,24 @@ class QueueNames:
     def __init__(self, scheduler_name: str) -> None:
         self._scheduler_name = scheduler_name
         self._memo: dict[str, tuple[Pod, QueueConfig, str]] = {}
+        # ``resolve`` per queue key under ``_config`` (the config a cycle reads, one object).
+        self._config: QueueConfig | None = None
+        self._resolved: dict[QueueKey, str] = {}
+
+    def of_members(self, pods: Iterable[Pod], config: QueueConfig) -> set[str]:
+        """``of(pod, config, member=True)`` for each of ``pods`` (a gang's members), as a set:
+        each member's queue key is remembered per pod object (a new planner, or a new
+        config, reads no labels again), resolved once per distinct key."""
+        if config is not self._config:
+            self._config, self._resolved = config, {}
+        resolved, key_of, names = self._resolved, _MEMBER_KEYS.of, set()
+        for pod in pods:
+            key = key_of(pod)
+            name = resolved.get(key)
+            if name is None:
+                name = resolved[key] = resolve(key, config, self._scheduler_name) or ""
+            names.add(name)
+        return names
 
     def of(self, pod: Pod, config: QueueConfig, *, member: bool | None = None) -> str:
         """The queue ``pod`` names under ``config``; ``member``: whether ``pod`` is known to
@@ -111,6 +130,10 @@ class QueueNames:
         if len(self._memo) > 2 * len(live) + 1024:
             # A copy first: explain threads add to the memo while a cycle prunes it.
             self._memo = {u: m for u, m in list(self._memo.items()) if u in live}
+
+
+#: ``queue_key`` of a pod known to be a gang member, per pod object.
+_MEMBER_KEYS: PodFact[QueueKey] = PodFact(lambda pod: queue_key(pod, True))
 
 
 def signature(pod: Pod) -> tuple[object, ...]:

@@ -17,6 +17,8 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 from __future__ import annotations
 
 import math
+import operator
+import secrets
 import threading
 import time
 from collections import Counter
@@ -896,6 +898,7 @@ class Planner:
         config = self._queues.config
         done: list[str] = []
         taken: list[tuple[str, dict[str, str], dict[str, tuple[int, ...]]]] = []
+        ids = secrets.token_hex(6 * len(run))  # the plans' ids, drawn at once
         for at, (gang, members) in enumerate(run):
             if len(by_queue) > 1 and _turn(by_queue, usage, config) != queue:
                 break
@@ -908,14 +911,16 @@ class Planner:
                 if gpu.count
                 else {}
             )
-            taken.append((gang.key, spots, chosen))
+            key = gang.key
+            taken.append((key, spots, chosen))
             usage.add(queue, demand)
-            plan = Plan.of(gang, spots, now, now + (gang.timeout or self._plan_ttl), queue=queue)
+            expires = now + (gang.timeout or self._plan_ttl)
+            plan = Plan.of(gang, spots, now, expires, queue=queue, id=ids[12 * at : 12 * at + 12])
             plan.devices.update(chosen)
-            session.plans[gang.key] = plan
-            self._reasons.pop(gang.key, None)
-            self._hints.pop(gang.key, None)
-            done.append(gang.key)
+            session.plans[key] = plan
+            self._reasons.pop(key, None)
+            self._hints.pop(key, None)
+            done.append(key)
         if taken:
             session.reserve_all(taken)
         if len(done) == whole:
@@ -931,10 +936,13 @@ class Planner:
         applied = session.commit()
         plans = session.plans
         members = session.snapshot.gang_members
+        last, plan = "", plans.get("")
         for uid, devices in applied.devices.items():
             gang = members.get(uid, "")
-            if gang in plans and uid in plans[gang].members:
-                plans[gang].devices[uid] = devices
+            if gang != last:  # (a gang's members come one after another)
+                last, plan = gang, plans.get(gang)
+            if plan is not None and uid in plan.members:
+                plan.devices[uid] = devices
         dropped = set()
         for i, status in applied.refused.items():
             op = session.statement.ops[i]
@@ -957,7 +965,7 @@ class Planner:
         return applied
 
     def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
-        names = {self._queue_names.of(p, config, member=True) for p in gang.members}
+        names = self._queue_names.of_members(gang.members, config)
         if len(names) > 1:
             gang.problem = (
                 gang.problem or f"members name different queues ({', '.join(sorted(names))})"
@@ -1228,20 +1236,31 @@ def _alike_core(gang: Gang) -> tuple[list[Pod], tuple[object, ...], Ask | None] 
     members = gang.members
     if len(members) < gang.min_member:
         return None
-    shape_of = _SHAPES.of
-    shape = shape_of(members[0])
+    shapes = _SHAPES.of_each(members)
+    shape = shapes[0]
     if shape[2].shared or shape[3][1]:
         return None  # a GPU share, or members that contradict each other's topology ask
-    for pod in members[1:]:
-        if shape_of(pod) != shape:
-            return None
+    if shapes.count(shape) != len(shapes):  # (equal shapes are one object: no fields compared)
+        return None
     return gang.pending[: gang.min_member], (gang.min_member, *shape), shape[3][0]
 
 
-def _member_shape(pod: Pod) -> tuple[Resources, Constraint, GpuAsk, tuple[Ask | None, str]]:
+_Shape = tuple[Resources, Constraint, GpuAsk, tuple[Ask | None, str]]
+
+
+def _member_shape(pod: Pod) -> _Shape:
     """What makes members alike for ``_alike_core`` (their topology ask as ``ask_of`` of the
-    pod alone: members with the same one have it as their gang's ask)."""
-    return pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+    pod alone: members with the same one have it as their gang's ask). Equal shapes are one
+    object (``_KINDS``), so comparing alike members' shapes compares no fields."""
+    shape = pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+    if len(_KINDS) >= _MAX_KINDS:
+        _KINDS.clear()
+    return _KINDS.setdefault(shape, shape)
+
+
+#: Every distinct ``_member_shape``, to hand out one object per shape; at most ``_MAX_KINDS``.
+_KINDS: dict[_Shape, _Shape] = {}
+_MAX_KINDS = 4096
 
 
 #: ``_member_shape`` per pod object.
@@ -1251,7 +1270,10 @@ _SHAPES = PodFact(_member_shape)
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
     """Whether a pending member of ``gang`` is not in ``plan`` (an elastic one to place)."""
     planned = plan.members if plan is not None else {}
-    return any(p.uid not in planned for p in gang.pending)
+    return not all(map(planned.__contains__, map(_UID, gang.pending)))
+
+
+_UID = operator.attrgetter("uid")
 
 
 def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:

@@ -78,8 +78,10 @@ class Plan:
         expires: float,
         victims: frozenset[str] = frozenset(),
         queue: str | None = None,
+        id: str = "",
     ) -> Plan:
-        """A new plan for ``gang``'s core (of ``queue``) placed as ``placed``."""
+        """A new plan for ``gang``'s core (of ``queue``) placed as ``placed``; ``id``: 12
+        random hex digits drawn by the caller (default: drawn here)."""
         return cls(
             gang=gang.key,
             members=dict(placed),
@@ -89,7 +91,7 @@ class Plan:
             expires=expires,
             victims=victims,
             queue=queue,
-            id=secrets.token_hex(6),
+            id=id or secrets.token_hex(6),
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from app.core.cycle.plans import Eviction, Plan
-from app.core.gpu.ask import GpuAsk, give, take
+from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, give, take
 from app.core.gpu.ledger import device_count
 from app.core.model.values import Pod, Resources
 from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
@@ -116,14 +116,22 @@ class Session:
         force: bool = False,
     ) -> None:
         """``reserve`` each of ``reservations`` (gang, placements, devices) in turn, with the
-        views' usage summed per node row once for all of them."""
+        views' usage summed per node row once for all of them.
+
+        Whole single-GPU picks (the usual ask) are checked and taken together at the end:
+        each must be a distinct existing device, fully free then (``GpuOvercommit``
+        otherwise, as ``take`` one by one would raise)."""
         self._check_open()
         pods, placement = self.snapshot.pods, self.snapshot.placement
         assumed, reserved, released = self.snapshot.assumed, self._reserved, self._released
         index, nodes = self._base_free.index, self._base_free.nodes
         # Per row: the pods reserved there and the row's devices (sliced once per row).
         rows: dict[int, tuple[list[Pod], np.ndarray | None]] = {}
+        # Whole single-GPU picks, taken together below: row, device.
+        whole_rows: list[int] = []
+        whole_devices: list[int] = []
         ask_of, ops = GpuAsk.of, self.statement.ops
+        last, row, here = "", -1, []  # the node of the pod before (a gang's run on a node)
         for gang, placements, devices in reservations:
             for uid, node in placements.items():
                 pod = pods[uid]
@@ -133,24 +141,33 @@ class Session:
                     if self._node_of(uid) == node:
                         continue
                     self._take_back(uid)  # (usage sums commute: added once at the end)
-                row = index[node]
-                found = rows.get(row)
-                if found is None:
-                    found = rows[row] = ([], None)
-                found[0].append(pod)
+                if node != last:
+                    row = index[node]
+                    found = rows.get(row)
+                    if found is None:
+                        found = rows[row] = ([], None)
+                    last, here = node, found[0]
+                here.append(pod)
                 chosen = devices.get(uid)
                 if chosen:
-                    free = found[1]
-                    if free is None:
-                        free = self._writable()[1][row, : device_count(nodes[row])]
-                        rows[row] = (found[0], free)
-                    take(free, ask_of(pod), chosen, reported=force)
+                    ask = ask_of(pod)
+                    if len(chosen) == 1 == ask.count and ask.milli == MILLI and not force:
+                        whole_rows.append(row)
+                        whole_devices.append(chosen[0])
+                    else:
+                        free = rows[row][1]
+                        if free is None:
+                            free = self._writable()[1][row, : device_count(nodes[row])]
+                            rows[row] = (here, free)
+                        take(free, ask, chosen, reported=force)
                     reserved[uid] = (node, tuple(chosen))
                 else:
                     reserved[uid] = (node, ())
                 if released:
                     released.discard(uid)
             ops.append(Reserve(gang, dict(placements), dict(devices), force))
+        if whole_rows:
+            self._take_whole(whole_rows, whole_devices)
         if rows:
             used = self._writable()[0]
             for row, (members, _) in rows.items():
@@ -240,6 +257,26 @@ class Session:
             if mine is None and held is not None:
                 ask = held.ask
             give(gpu_free[row, :count], ask, devices)
+
+    def _take_whole(self, rows: list[int], devices: list[int]) -> None:
+        """Take whole device ``devices[k]`` of node row ``rows[k]`` for each ``k``: distinct
+        existing devices, each fully free; ``GpuOvercommit`` (nothing taken) otherwise."""
+        free = self._writable()[1]
+        at = np.asarray(rows, dtype=np.int64)
+        on = np.asarray(devices, dtype=np.int64)
+        nodes = self._base_free.nodes
+        count_of = {row: device_count(nodes[row]) for row in set(rows)}
+        counts = np.fromiter(map(count_of.__getitem__, rows), np.int64, len(rows))
+        cells = at * free.shape[1] + on
+        if (
+            (on < 0).any()
+            or (on >= counts).any()
+            or len(np.unique(cells)) != len(cells)
+            or (free.flat[cells] != MILLI).any()
+        ):
+            picks = list(zip(rows, devices, strict=True))[:8]
+            raise GpuOvercommit(f"whole GPUs (node row, device) not all free: {picks}")
+        free.flat[cells] = 0
 
     def _writable(self) -> tuple[np.ndarray, np.ndarray]:
         if self._used is None or self._gpu_free is None:

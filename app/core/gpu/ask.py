@@ -117,6 +117,16 @@ class GpuAsk:
         return ask
 
     @classmethod
+    def of_each(cls, pods: Iterable[Pod]) -> list[GpuAsk]:
+        """``of`` of each of ``pods`` (the memo read in line: a commit asks for every pod)."""
+        out: list[GpuAsk] = []
+        known = _ASKS.get
+        for pod in pods:
+            hit = known(id(pod))
+            out.append(hit[1] if hit is not None and hit[0] is pod else cls.of(pod))
+        return out
+
+    @classmethod
     def _of(cls, pod: Pod) -> GpuAsk:
         if pod.gpu_fraction:
             return cls(1, pod.gpu_fraction, gpu_models(pod))

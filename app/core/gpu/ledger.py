@@ -277,8 +277,8 @@ class DeviceLedger:
             if i is None:
                 return None
             mark = (len(rows), len(records))
-            for pod in pods:
-                ask = GpuAsk.of(pod)
+            limit = counts[i]
+            for pod, ask in zip(pods, GpuAsk.of_each(pods), strict=True):
                 if not ask.count:
                     if pod.uid in planned:
                         return None  # devices for a pod that asks for none: ``check_all`` says
@@ -288,7 +288,7 @@ class DeviceLedger:
                     return None
                 if ask.count == 1 and ask.milli == MILLI and len(chosen) == 1:
                     d = chosen[0]
-                    if not 0 <= d < counts[i]:
+                    if not 0 <= d < limit:
                         return None
                     rows.append(i)
                     devices.append(d)

@@ -11,6 +11,7 @@ min-member key. Where Muster's keys and the object disagree, the keys win and th
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -37,11 +38,11 @@ class GangSpec:
     group: GroupObject | None = None
     #: Where the pod's own keys and its group object disagree (reported; the keys win).
     notes: tuple[str, ...] = ()
+    #: ``namespace/name`` (made once: every cycle reads it for every member).
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
 
 def _positive_int(key: str, value: str | None) -> tuple[int | None, str]:
@@ -267,7 +268,7 @@ class Gang:
     @property
     def priority(self) -> int:
         """The highest priority among members and the group object's (if it states one)."""
-        members = max((p.priority for p in self.members), default=0)
+        members = max(map(_PRIORITY, self.members), default=0)
         if self.group is not None and self.group.priority is not None:
             return max(members, self.group.priority)
         return members
@@ -275,7 +276,7 @@ class Gang:
     @property
     def created(self) -> float:
         """When the first member was created."""
-        return min((p.created for p in self.members), default=0.0)
+        return min(map(_CREATED, self.members), default=0.0)
 
     @property
     def running(self) -> bool:
@@ -295,21 +296,33 @@ def collect_gangs(pods: Iterable[Pod], holds_node: Callable[[Pod], bool]) -> dic
     """
     gangs: dict[str, Gang] = {}
     specs: dict[str, list[GangSpec]] = {}
+    known = _SPECS.get  # ``gang_spec``'s memo read in line (a cycle groups every member)
     for pod in pods:
         if pod.terminal or pod.deleting:
             continue
-        spec = gang_spec(pod)
+        hit = known(id(pod))
+        spec = hit[1] if hit is not None and hit[0] is pod else gang_spec(pod)
         if spec is None:
             continue
-        gang = gangs.get(spec.key)
-        if gang is None:
-            gang = gangs[spec.key] = Gang(spec.namespace, spec.name)
+        key = spec.key
+        same = specs.get(key)
+        if same is None:
+            gang = gangs[key] = Gang(spec.namespace, spec.name)
+            specs[key] = [spec]
+        else:
+            gang = gangs[key]
+            same.append(spec)
         gang.members.append(pod)
         (gang.bound if holds_node(pod) else gang.pending).append(pod)
-        specs.setdefault(spec.key, []).append(spec)
     for key, gang in gangs.items():
         _agree(gang, specs[key])
     return gangs
+
+
+#: A member's place among its gang's members: oldest first, then by name.
+_BY_AGE = operator.attrgetter("created", "name")
+_PRIORITY = operator.attrgetter("priority")
+_CREATED = operator.attrgetter("created")
 
 
 def _agree(gang: Gang, specs: list[GangSpec]) -> None:
@@ -327,5 +340,5 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     gang.group = next((s.group for s in specs if s.group is not None), None)
     gang.conflicts = tuple(sorted({note for s in specs for note in s.notes}))
     gang.problem = "; ".join(problems)
-    gang.members.sort(key=lambda p: (p.created, p.name))
-    gang.pending.sort(key=lambda p: (p.created, p.name))
+    gang.members.sort(key=_BY_AGE)
+    gang.pending.sort(key=_BY_AGE)

@@ -8,7 +8,7 @@ whether waiting work would finish before a reservation starts (backfill).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Generic, TypeVar
 
@@ -40,6 +40,11 @@ def declared_runtime(pod: Pod) -> float | None:
     return _DECLARED.of(pod)
 
 
+def declared_runtimes(pods: Iterable[Pod]) -> set[float | None]:
+    """``declared_runtime`` of each of ``pods``, each distinct value once."""
+    return set(_DECLARED.of_each(pods))
+
+
 class PodFact(Generic[T]):
     """One value derived from a pod object alone, kept per uid while the cache hands out that
     very object (pods are immutable: an update is a new object, so identity says unchanged).
@@ -63,6 +68,15 @@ class PodFact(Generic[T]):
             self._kept = {}
         self._kept[pod.uid] = (pod, value)
         return value
+
+    def of_each(self, pods: Iterable[Pod]) -> list[T]:
+        """``of`` of each of ``pods`` (the memo read in line: a cycle asks for every member)."""
+        out: list[T] = []
+        kept = self._kept
+        for pod in pods:
+            hit = kept.get(pod.uid)
+            out.append(hit[1] if hit is not None and hit[0] is pod else self.of(pod))
+        return out
 
 
 def _declared_runtime(pod: Pod) -> float | None:

@@ -23,7 +23,7 @@ declared ones among themselves, and decides whether the work may backfill held r
 from __future__ import annotations
 
 from app.core.model.gang import Gang
-from app.core.model.runtime import declared_runtime
+from app.core.model.runtime import declared_runtimes
 
 #: Default ``longest-first`` window: how much earlier a declared runtime may make a gang count.
 DEFAULT_WINDOW = 600.0
@@ -67,7 +67,8 @@ class LongestFirst:
 def runtime(gang: Gang, default: float) -> float:
     """How long ``gang`` is expected to run: its longest member's declared runtime, and
     ``default`` for a member that declares none."""
-    return max((declared_runtime(p) or default for p in gang.members), default=default)
+    # Each distinct declared runtime once (a gang's members mostly declare the same).
+    return max((r or default for r in declared_runtimes(gang.members)), default=default)
 
 
 GANG_ORDERS = ("longest-first", "fifo")

@@ -136,6 +136,7 @@ class Tree:
         #: per level: how many nodes each domain holds
         self.sizes: list[np.ndarray] = []
         self._largest: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._padded: dict[int, np.ndarray | None] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}
         parent = np.zeros(rows, dtype=np.int64)
         for level, column in enumerate(columns):
@@ -204,6 +205,22 @@ class Tree:
             most = self.sums(level, allocatable).max(axis=0, initial=0)
             memo = self._largest[level] = (allocatable, most)
         return memo[1]
+
+    def padded(self, level: int) -> np.ndarray | None:
+        """Per domain at ``level``: its rows (ascending), then ``-1`` up to the largest
+        domain's size (domains x largest size); ``None`` when that would hold more than
+        four cells per node (domains of very unequal sizes). Remembered per level."""
+        if level not in self._padded:
+            sizes, starts, order = self.sizes[level], self._starts[level], self._order[level]
+            width = int(sizes.max(initial=0))
+            found = None
+            if len(sizes) * width <= 4 * max(len(self.node_names), 1):
+                found = np.full((len(sizes), width), -1, dtype=np.int64)
+                at = np.arange(len(order)) - np.repeat(starts, sizes)  # place within domain
+                found[np.repeat(np.arange(len(sizes)), sizes), at] = order
+                found.setflags(write=False)
+            self._padded[level] = found
+        return self._padded[level]
 
     def sums(self, level: int, values: np.ndarray) -> np.ndarray:
         """Per domain at ``level``: the sum of ``values`` (per row, 1-D or rows x k) over its
