@@ -124,7 +124,12 @@ def build_graph(
     leadership = Leadership(planner, cache, lease_held)
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
     gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
-    headlines = Headlines(lambda: planner.look(wait=False), lambda: planner.cycles, clock=clock)
+    headlines = Headlines(
+        lambda: planner.look(wait=False),
+        lambda: planner.cycles,
+        clock=clock,
+        members=lambda gang: len(cache.gang_members_of(gang)),
+    )
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
     )

@@ -36,3 +36,21 @@ def test_a_changed_story_is_told_once_per_member() -> None:
     assert graph.extender.filter(third, ["n"]).feasible == ["n"]
     graph.loop.run_once()
     assert len(gateway.events) == 2
+
+
+def test_a_member_arriving_between_cycles_is_told_how_many_exist_now() -> None:
+    """Filter runs no cycle for a gang short of members, so the story of a member that came
+    after the last look is found on a fresh look, not the one the last cycle's look gave."""
+    settings = Settings(strategy="binpack")
+    cache = build_cache(settings)
+    cache.upsert_nodes([node("n", gpus=8)])
+    graph = build_graph(settings, cache, InMemoryGateway(cache))
+    graph.loop.run_once(force=True)
+    labels = {"muster.io/pod-group": "g", "muster.io/min-member": "3"}
+    first, second = (pod(f"g-{i}", gpu=1, labels=labels) for i in range(2))
+    cache.upsert_pod(first)
+    told_first = graph.extender.filter(first, ["n"]).unresolvable["n"]
+    assert told_first.startswith("gang-incomplete: 1 of 3 members exist")
+    cache.upsert_pod(second)
+    told_second = graph.extender.filter(second, ["n"]).unresolvable["n"]
+    assert told_second.startswith("gang-incomplete: 2 of 3 members exist"), told_second

@@ -1346,15 +1346,19 @@ class Headlines:
         *,
         clock: Callable[[], float] = time.monotonic,
         steady: float = STEADY_SECONDS,
+        members: Callable[[str], int] | None = None,
     ) -> None:
         """A member's told headline changes at most once per ``steady`` seconds of ``clock``
-        (see ``_tell``)."""
+        (see ``_tell``). ``members`` (if any) says how many members a gang has in the cache
+        now: a gang whose count differs from the cycle's look (members came without a cycle,
+        as filter runs none for a gang short of members) is looked at again."""
         self._look = look
         self._cycles = cycles
+        self._members = members
         self._clock = clock
         self._steady = steady
         self._lock = threading.Lock()
-        self._memo: dict[str, tuple[int, str]] = {}
+        self._memo: dict[str, tuple[tuple[int, int], str]] = {}
         self._outlook: tuple[int, Outlook] | None = None
         self._said: dict[str, tuple[str, float]] = {}
         self._news: list[tuple[Pod, str]] = []
@@ -1365,11 +1369,16 @@ class Headlines:
         if spec is None:
             return None
         cycle = self._cycles()
+        seen = self._members(spec.key) if self._members is not None else -1
         with self._lock:
             hit = self._memo.get(spec.key)
-            if hit is not None and hit[0] == cycle:
+            if hit is not None and hit[0] == (cycle, seen):
                 return self._tell(pod, hit[1])
         outlook = self.outlook(cycle)
+        if outlook is not None and seen >= 0:
+            gang = outlook.gangs.get(spec.key)
+            if gang is None or len(gang.members) != seen:
+                outlook = self.outlook(cycle, again=True)
         if outlook is None:  # busy: the story told last, if any (a steady story)
             with self._lock:
                 said = self._said.get(pod.uid)
@@ -1381,15 +1390,16 @@ class Headlines:
         with self._lock:
             if len(self._memo) > 4096:
                 self._memo.clear()
-            self._memo[spec.key] = (cycle, text)
+            self._memo[spec.key] = ((cycle, seen), text)
             return self._tell(pod, text)
 
-    def outlook(self, cycle: int | None = None) -> Outlook | None:
+    def outlook(self, cycle: int | None = None, *, again: bool = False) -> Outlook | None:
         """The planner's outlook, looked at once per planner cycle (``cycle``: the current
-        one, if the caller already asked); ``None`` while the planner is busy with a cycle."""
+        one, if the caller already asked; ``again``: look anew all the same); ``None`` while
+        the planner is busy with a cycle."""
         cycle = self._cycles() if cycle is None else cycle
         with self._lock:
-            if self._outlook is None or self._outlook[0] != cycle:
+            if again or self._outlook is None or self._outlook[0] != cycle:
                 look = self._look()
                 if look is None:
                     return None
