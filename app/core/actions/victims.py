@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.actions.allocate import Allocation, allocate
+from app.core.actions.allocate import Allocation, FitBound, allocate
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
@@ -176,23 +176,30 @@ def cheapest_set(
     all of them would not make room (then nothing should be evicted at all)."""
 
     gone = _Freer(snapshot, candidates)
+    # Most sets tried leave too little room; the quick bound says so without an allocation
+    # (it is False only where ``allocate`` would leave a member out: the same answers).
+    bound = FitBound(snapshot.view, members)
 
     def attempt(units: Sequence[Unit]) -> Allocation:
         return allocate(gone.freed(units), members, strategy=strategy)
 
-    if not candidates or not attempt(candidates).complete:
+    def fits(units: Sequence[Unit]) -> bool:
+        view = gone.freed(units)
+        return bound.possible(view) and allocate(view, members, strategy=strategy).complete
+
+    if not candidates or not fits(candidates):
         return None
     low, high = 1, len(candidates)
     while low < high:
         mid = (low + high) // 2
-        if attempt(candidates[:mid]).complete:
+        if fits(candidates[:mid]):
             high = mid
         else:
             low = mid + 1
     chosen = list(candidates[:low])
     for unit in reversed(candidates[:low]):  # most expensive first
         trial = [u for u in chosen if u is not unit]
-        if trial and attempt(trial).complete:
+        if trial and fits(trial):
             chosen = trial
     return chosen, attempt(chosen)
 

@@ -10,7 +10,7 @@ fit is found by bisection (a vectorized bound rules most counts out without an a
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -128,7 +128,7 @@ def earliest(
         if attempt(high) is None:
             continue
         # The smallest count the quick bound allows (no allocation), then allocations.
-        lo = bisect.bisect_left(range(high), True, lo=low, key=possible)
+        lo = _first(possible, low, high)
         found = attempt(lo)
         if found is None:
             lo = bisect.bisect_left(
@@ -141,3 +141,17 @@ def earliest(
         assert found is not None
         return (start if lo == low else max(start, ends[lo - 1])), found
     return None
+
+
+def _first(holds: Callable[[int], bool], low: int, high: int) -> int:
+    """The first ``k`` in ``[low, high)`` where ``holds``, else ``high``, for ``holds`` false
+    up to some count and true from there on (as ``bisect_left`` finds it). It gallops up from
+    ``low`` (1, 2, 4... counts on) before it bisects: the count is most often ``low`` itself
+    (the job fits as soon as the piece of timeline begins), found then with one probe."""
+    below, k, step = low, low, 1
+    while k < high:
+        if holds(k):
+            return bisect.bisect_left(range(k), True, lo=below, key=holds)
+        below = k + 1
+        k, step = below + step, step * 2
+    return bisect.bisect_left(range(high), True, lo=below, key=holds)
