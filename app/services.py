@@ -8,7 +8,6 @@ the app factory's (``app.main``).
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from app.core.state.gateway import Gateway, InMemoryGateway
 from app.core.state.journal import Journal
 from app.core.state.timings import Timings
 from app.core.verbs.extender import Extender
+from app.server import freeze_heap
 from app.settings import DEMO_CLUSTER, Settings
 from app.wiring import Graph, build_cache, build_graph
 
@@ -188,16 +188,6 @@ def build_services(
         election,
         gang_gate,
     )
-
-
-def freeze_heap() -> None:
-    """Leave what the initial sync loaded (tens of thousands of pods and nodes, kept while they
-    live) out of future full garbage collections, which otherwise stall every thread for tens of
-    milliseconds as the cache grows. Objects frozen and later dropped are still freed (pods
-    form no reference cycles)."""
-    gc.collect()
-    gc.freeze()
-    log.info("heap frozen after the initial sync: %d objects", gc.get_freeze_count())
 
 
 def _elector(settings: Settings, api: Any, cache: ClusterCache, graph: Callable[[], Graph]) -> Any:

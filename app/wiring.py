@@ -128,7 +128,7 @@ def build_graph(
         lambda: planner.look(wait=False),
         lambda: planner.cycles,
         clock=clock,
-        members=lambda gang: len(cache.gang_members_of(gang)),
+        members=cache.gang_size_of,
     )
     extender = Extender(
         cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines

@@ -92,12 +92,9 @@ def serve_on_loopback(app: Any, *, as_serve: bool = False) -> None:
     import uvicorn
 
     if as_serve:
-        import gc
+        from app.server import SWITCH_INTERVAL, freeze_heap
 
-        from app.server import SWITCH_INTERVAL
-
-        gc.collect()
-        gc.freeze()
+        freeze_heap()
         sys.setswitchinterval(SWITCH_INTERVAL)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

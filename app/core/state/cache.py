@@ -660,6 +660,11 @@ class ClusterCache:
             if pod is not None:
                 self._upsert_pod(pod)
 
+    def gang_size_of(self, key: str) -> int:
+        """How many cached pods belong to gang ``key`` (``gang_members_of`` without the list)."""
+        with self._lock:
+            return len(self._gang_index.get(key, ()))
+
     def gang_members_of(self, key: str) -> list[Pod]:
         """The cached pods of gang ``key`` (``namespace/name``), from the gang index."""
         with self._lock:
