@@ -3,7 +3,7 @@ not yet submitted (see ``app.core.insight``). Both change nothing."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from pydantic import (
@@ -22,6 +22,7 @@ from app.api.wire import Integer, integral
 from app.api.workloads import PodTemplate, Workload
 from app.core.insight.explain import Explanation, explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
+from app.core.model.categories import Category, JobState
 from app.core.model.errors import InvalidInput
 
 router = APIRouter(prefix="/explain", tags=["explain"])
@@ -30,11 +31,6 @@ router = APIRouter(prefix="/explain", tags=["explain"])
 Name = Annotated[
     str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 ]
-
-Category = Literal[
-    "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
-    "priority", "constraints", "none",
-]  # fmt: skip
 
 
 class FixOut(BaseModel):
@@ -48,7 +44,7 @@ class ExplanationOut(BaseModel):
     """Why a pod or gang is where it is, and what would let it start sooner."""
 
     subject: str = Field(description='"pod NAMESPACE/NAME" or "gang NAMESPACE/NAME"')
-    state: Literal["running", "binding", "planned", "waiting", "unknown"]
+    state: JobState
     category: Category = Field(description="the first blocker; none when nothing blocks it")
     summary: str = Field(description="one sentence a user can act on")
     queue: list[dict[str, Any]] = Field(

@@ -33,6 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from app.core.insight.census import Census
+from app.core.model.categories import Category
 from app.core.model.queues import UNLIMITED
 from app.core.model.values import RESOURCE_NAMES
 from app.services import Services
@@ -247,7 +248,7 @@ def _census_families(c: Census) -> Iterator[Metric]:
         labels=["category"],
     )
     for category, n in c.categories.items():
-        if category != "none":
+        if category != Category.NONE:
             waiting.add_metric([category], n)
     yield waiting
     unlisted = GaugeMetricFamily(

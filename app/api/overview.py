@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.api.explain import Category
 from app.core.insight.explain import explain_gangs
 from app.core.insight.shares import SAMPLED, ShareHistory
+from app.core.model.categories import Category, JobState
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 
@@ -80,7 +80,7 @@ class GangOutlookOut(BaseModel):
 
     gang: str = Field(description="NAMESPACE/NAME")
     queue: str
-    state: Literal["running", "binding", "planned", "waiting", "unknown"]
+    state: JobState
     category: Category = Field(description="the first blocker; none when nothing blocks it")
     summary: str
     eta_seconds: float | None = Field(description="expected start from now; null if unknown")

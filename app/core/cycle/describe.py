@@ -6,18 +6,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.core.cycle.plans import Plan
+from app.core.model.categories import JobState
 from app.core.model.gang import Gang
 
 
-def gang_state(gang: Gang, plan: Plan | None) -> str:
+def gang_state(gang: Gang, plan: Plan | None) -> JobState:
     """``running``, ``binding``, ``planned`` or ``waiting``."""
     if gang.running and not gang.pending:
-        return "running"
+        return JobState.RUNNING
     if plan is not None and plan.released:
-        return "binding" if not gang.running else "running"
+        return JobState.BINDING if not gang.running else JobState.RUNNING
     if plan is not None:
-        return "planned"
-    return "running" if gang.running else "waiting"
+        return JobState.PLANNED
+    return JobState.RUNNING if gang.running else JobState.WAITING
 
 
 def describe(

@@ -14,6 +14,7 @@ from app.core.actions.backfill import Reservation
 from app.core.cycle.memos import QueueNames, SnapshotMemo
 from app.core.cycle.plans import Plan
 from app.core.cycle.session import Session
+from app.core.model.categories import Category
 from app.core.model.gang import Gang
 from app.core.model.queues import QueueConfig
 from app.core.policies.interfaces import GangOrder, Protection
@@ -29,7 +30,7 @@ class Outlook:
     plans: Mapping[str, Plan]
     reasons: Mapping[str, str]
     #: gang -> explain category the planner recorded with its reason (see ``Planner``)
-    hints: Mapping[str, str]
+    hints: Mapping[str, Category]
     head: Reservation | None
     config: QueueConfig
     usage: QueueUsage

@@ -49,6 +49,7 @@ from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
+from app.core.model.categories import Category
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.queues import QueueConfig
@@ -90,7 +91,7 @@ class _Published(NamedTuple):
 
     plans: dict[str, Plan]
     reasons: dict[str, str]
-    hints: dict[str, str]
+    hints: dict[str, Category]
     head: Reservation | None
 
 
@@ -160,7 +161,7 @@ class Planner:
         self._reasons: dict[str, str] = {}
         #: gang -> the explain category of its reason, where the planner knows it better than
         #: a fresh look would (kube-scheduler's own filters refused its planned node)
-        self._hints: dict[str, str] = {}
+        self._hints: dict[str, Category] = {}
         self._last_generation = -1
         #: gang -> how many members the last cycle saw (see ``_news_of``)
         self._seen: dict[str, int] = {}
@@ -432,7 +433,7 @@ class Planner:
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
             self._release(spec.key, why)
             self._note(Kind.PLAN_RELEASED, spec.key, why)
-            self._hints[spec.key] = "constraints"
+            self._hints[spec.key] = Category.CONSTRAINTS
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
     def release(self, gang: str, reason: str) -> None:

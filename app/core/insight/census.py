@@ -20,6 +20,7 @@ from app.core.cycle.describe import gang_state
 from app.core.cycle.outlook import Outlook
 from app.core.gpu.ask import MILLI
 from app.core.insight.explain import CATEGORIES, STATES, explain_gang, gang_eta
+from app.core.model.categories import Category, JobState
 from app.core.model.gang import Gang
 from app.core.model.queues import UNLIMITED
 from app.core.model.values import Pod
@@ -41,7 +42,7 @@ class WaitingGang:
 
     key: str
     queue: str
-    category: str
+    category: Category
     created: float
     eta_start: float | None
     promised_start: float | None = None
@@ -93,8 +94,8 @@ class Census:
     """The counts at wall-clock time ``now`` (see the module docstring)."""
 
     now: float
-    states: dict[str, int]
-    categories: dict[str, int]
+    states: dict[JobState, int]
+    categories: dict[Category, int]
     waiting: tuple[WaitingGang, ...]
     queues: tuple[QueueBook, ...]
     fragmentation: Fragmentation
@@ -113,7 +114,7 @@ class Judgement:
     judged on generation ``eta_generation`` (``None``: not judged)."""
 
     generation: int
-    category: str
+    category: Category
     eta_start: float | None = None
     eta_generation: int | None = None
 
@@ -132,7 +133,7 @@ def time_it(o: Outlook, gang: Gang, judged: Judgement) -> Judgement:
     return replace(judged, eta_start=start, eta_generation=o.session.snapshot.generation)
 
 
-def waiting_gangs(o: Outlook) -> tuple[dict[str, int], list[Gang]]:
+def waiting_gangs(o: Outlook) -> tuple[dict[JobState, int], list[Gang]]:
     """Gangs by state, and the waiting ones, oldest first."""
     states = dict.fromkeys(STATES, 0)
     waiting = []

@@ -47,6 +47,7 @@ from app.core.cycle.makeroom import make_room
 from app.core.cycle.outlook import Outlook
 from app.core.gpu.ask import MILLI, GpuAsk
 from app.core.insight.forward import FreedViews, Occupant, earliest
+from app.core.model.categories import Category, JobState
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import TOPOLOGY_REQUIRED
 from app.core.model.quantity import format_milli
@@ -64,11 +65,15 @@ from app.core.verbs.filter import filter_nodes
 #: How long a waiting member's told headline stays as it is (see ``Headlines._tell``).
 STEADY_SECONDS = 15.0
 
-CATEGORIES = (
-    "quota", "gang-incomplete", "capacity", "fragmentation", "topology", "reservation",
-    "priority", "constraints", "none",
-)  # fmt: skip
-STATES = ("running", "binding", "planned", "waiting", "unknown")
+CATEGORIES = tuple(Category)
+STATES = tuple(JobState)
+#: Blockers another shape of the same job may get around (see ``_shape_fixes``).
+_SHAPE_HELPS = frozenset({
+    Category.CAPACITY, Category.FRAGMENTATION, Category.TOPOLOGY, Category.RESERVATION,
+    Category.PRIORITY,
+})  # fmt: skip
+#: Blockers that evicting lower-priority work can lift (see ``_priority_fix``).
+_ROOM_HELPS = frozenset({Category.CAPACITY, Category.FRAGMENTATION, Category.PRIORITY})
 #: How many reason groups ``nodes`` lists (most common first).
 NODE_REASONS = 10
 #: A priority fix searches all running units up to this many lower ones (see ``_focus``).
@@ -95,8 +100,8 @@ class Explanation:
     """The answer of ``/explain`` (see the module docstring for the categories)."""
 
     subject: str
-    state: str
-    category: str = "none"
+    state: JobState
+    category: Category = Category.NONE
     summary: str = ""
     queue: list[dict[str, Any]] = field(default_factory=list)
     gang: dict[str, Any] | None = None
@@ -157,7 +162,9 @@ def explain_gang(
     key = f"{namespace}/{name}"
     gang = outlook.gangs.get(key)
     if gang is None:
-        return Explanation(f"gang {key}", "unknown", summary=f"Muster knows no pod of gang {key}")
+        return Explanation(
+            f"gang {key}", JobState.UNKNOWN, summary=f"Muster knows no pod of gang {key}"
+        )
     return _explain(outlook, _gang_job(gang, f"gang {key}"), brief=brief)
 
 
@@ -171,7 +178,7 @@ def explain_pod(outlook: Outlook, namespace: str, name: str) -> Explanation:
     if pod is None:
         return Explanation(
             subject,
-            "unknown",
+            JobState.UNKNOWN,
             summary=f"Muster has not seen pod {namespace}/{name} (is its schedulerName Muster's?)",
         )
     spec = gang_spec(pod)
@@ -211,7 +218,7 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     queue = _queue_of(o, job)
     out = Explanation(job.subject, _state(o, job))
     if brief:
-        if out.state == "waiting":
+        if out.state == JobState.WAITING:
             _blocker(o, job, queue, view_for(o, job), out)
         else:
             out.summary = _busy_summary(o, job, out.state)
@@ -234,7 +241,7 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     out.nodes = _node_reasons(view, probe)
     out.position = _position(o, job, queue)
     out.planner = o.reasons.get(job.key, "") if job.gang is not None else ""
-    if out.state != "waiting":
+    if out.state != JobState.WAITING:
         out.summary = _busy_summary(o, job, out.state)
         out.eta_seconds = 0.0
         return out
@@ -244,19 +251,19 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     return out
 
 
-def _state(o: Outlook, job: Job) -> str:
+def _state(o: Outlook, job: Job) -> JobState:
     if job.gang is None:
         pod = job.members[0]
         if pod.node_name:
-            return "running"
-        return "binding" if pod.uid in o.session.snapshot.assumed else "waiting"
+            return JobState.RUNNING
+        return JobState.BINDING if pod.uid in o.session.snapshot.assumed else JobState.WAITING
     return gang_state(job.gang, o.plans.get(job.key))
 
 
-def _busy_summary(o: Outlook, job: Job, state: str) -> str:
+def _busy_summary(o: Outlook, job: Job, state: JobState) -> str:
     plan = o.plans.get(job.key)
     placement = o.session.snapshot.placement
-    if state == "planned" and plan is not None:
+    if state == JobState.PLANNED and plan is not None:
         left = [
             u
             for u in plan.victims
@@ -265,7 +272,7 @@ def _busy_summary(o: Outlook, job: Job, state: str) -> str:
         if left:
             return o.reasons.get(job.key) or f"waiting for {len(left)} evicted pods to leave"
         return f"planned on {_spread(plan.members.values())}; kube-scheduler binds it next"
-    if state == "binding":
+    if state == JobState.BINDING:
         return "its members are being bound together now"
     nodes = [placement.get(p.uid) or p.node_name for p in job.bound]
     return f"running on {_spread(n for n in nodes if n)}"
@@ -275,14 +282,14 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
     """Set ``out.category`` and ``out.summary`` to the first blocker of a waiting job."""
     if job.gang is not None and len(job.members) < job.min_member:
         missing = job.min_member - len(job.members)
-        out.category = "gang-incomplete"
+        out.category = Category.GANG_INCOMPLETE
         out.summary = (
             f"{len(job.members)} of {job.min_member} members exist; it starts once "
             f"{missing} more {'is' if missing == 1 else 'are'} created"
         )
         return
     if job.gang is not None and job.gang.problem:
-        out.category, out.summary = "constraints", job.gang.problem
+        out.category, out.summary = Category.CONSTRAINTS, job.gang.problem
         return
     hint = o.hints.get(job.key)
     if hint and job.key in o.reasons:
@@ -291,32 +298,32 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
     core = job.core
     status = admit(o.usage, queue, demand_of(core)) if queue else None
     if status is not None and not status.ok:
-        out.category, out.summary = "quota", status.reason
+        out.category, out.summary = Category.QUOTA, status.reason
         return
     for pod in core:
         if not eligible(view, pod).any():
-            out.category = "constraints"
+            out.category = Category.CONSTRAINTS
             out.summary = f"no node passes {pod.name}'s constraints: {_top_reason(view, pod)}"
             return
     ask, problem = ask_of(job.members)
     if problem:
-        out.category, out.summary = "constraints", problem
+        out.category, out.summary = Category.CONSTRAINTS, problem
         return
     placed = place_job(o, view, job, ask)
     if placed.complete:
-        out.category = "none"
+        out.category = Category.NONE
         out.summary = "it fits now; the planner places it in its next cycle"
         return
     required = placed.reason and ask is not None and ask.required
     if required and place_job(o, view, job, None).complete:
-        out.category, out.summary = "topology", placed.reason
+        out.category, out.summary = Category.TOPOLOGY, placed.reason
         return
     owner, holds, until = o.session.holds
     backfill = o.session.backfill_view()
     held = holds and owner != job.key and view is not backfill
     if held and place_job(o, backfill, job, ask).complete:
         due = max(until - o.now, 0.0)
-        out.category = "reservation"
+        out.category = Category.RESERVATION
         out.summary = (
             f"the room it needs is held for gang {owner}, due in {due:.0f}s; "
             "only work that ends before then may use it"
@@ -327,7 +334,7 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
         freed = _without_planned(o, view, job, ahead)
         if place_job(o, freed, job, ask).complete:
             gangs = sorted({o.session.snapshot.gang_members.get(p.uid, p.key) for p in ahead})
-            out.category = "priority"
+            out.category = Category.PRIORITY
             out.summary = (
                 f"the room it needs is planned for gangs ahead of it in line: {', '.join(gangs)}"
             )
@@ -336,10 +343,10 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
     rows = eligible(view, core[0]) if core else np.ones(len(view.nodes), dtype=bool)
     free = np.maximum(view.allocatable - view.used, 0)[rows].sum(axis=0)
     if (free >= need).all():
-        out.category = "fragmentation"
+        out.category = Category.FRAGMENTATION
         out.summary = _fragmentation(view, core, free)
     else:
-        out.category = "capacity"
+        out.category = Category.CAPACITY
         k = int(np.argmax(free < need))
         name = RESOURCE_NAMES[k]
         out.summary = (
@@ -536,25 +543,25 @@ def _planned_elsewhere(o: Outlook, job: Job) -> list[Pod]:
     ]
 
 
-def gang_eta(o: Outlook, gang: Gang, category: str) -> float | None:
+def gang_eta(o: Outlook, gang: Gang, category: Category) -> float | None:
     """Seconds until waiting ``gang``, blocked by ``category``, is expected to start (as
     ``Explanation.eta_seconds``; ``None``: unknown)."""
     return _eta(o, _gang_job(gang, f"gang {gang.key}"), category)
 
 
-def _eta(o: Outlook, job: Job, category: str) -> float | None:
+def _eta(o: Outlook, job: Job, category: Category) -> float | None:
     """Seconds until ``job`` is expected to start: once running work (and work planned to
     start) has run for its declared or default runtime, the room it needs is free and, for a
     job its queue does not admit yet, the queue's own work has ended. None: never, as far as
     the snapshot tells (missing members, constraints, a queue that never admits it)."""
-    if category == "none":
+    if category == Category.NONE:
         return 0.0
-    if category in ("gang-incomplete", "constraints"):
+    if category in (Category.GANG_INCOMPLETE, Category.CONSTRAINTS):
         return None
     if o.head is not None and o.head.gang == job.key:
         return max(o.head.start - o.now, 0.0)
     start = _room_free_at(o, job)
-    if start is not None and category == "quota":
+    if start is not None and category == Category.QUOTA:
         admitted = _admitted_at(o, job)
         start = None if admitted is None else max(start, admitted)
     return None if start is None else max(start - o.now, 0.0)
@@ -801,18 +808,18 @@ def _admitted_at(o: Outlook, job: Job) -> float | None:
 # -- fixes ----------------------------------------------------------------------------------
 
 
-def _fixes(o: Outlook, job: Job, queue: str, view: NodeView, category: str) -> list[Fix]:
+def _fixes(o: Outlook, job: Job, queue: str, view: NodeView, category: Category) -> list[Fix]:
     fixes: list[Fix] = []
     core = job.core
-    if category == "gang-incomplete" and job.gang is not None:
+    if category == Category.GANG_INCOMPLETE and job.gang is not None:
         fixes.extend(_fewer_members(o, view, job))
-    if category == "quota" and queue in o.config.queues:
+    if category == Category.QUOTA and queue in o.config.queues:
         fixes.extend(_quota_fixes(o, queue, demand_of(core)))
-    if category == "constraints" and core:
+    if category == Category.CONSTRAINTS and core:
         fixes.extend(_constraint_fixes(view, core))
-    if category == "reservation":
+    if category == Category.RESERVATION:
         fixes.extend(_backfill_fix(o, job))
-    if category == "topology":
+    if category == Category.TOPOLOGY:
         ask, _ = ask_of(job.members)
         level = ask.level if ask is not None else ""
         fixes.append(
@@ -822,11 +829,21 @@ def _fixes(o: Outlook, job: Job, queue: str, view: NodeView, category: str) -> l
                 3,
             )
         )
-    if category in ("capacity", "fragmentation", "topology", "reservation", "priority"):
+    if category in (
+        Category.CAPACITY,
+        Category.FRAGMENTATION,
+        Category.TOPOLOGY,
+        Category.RESERVATION,
+        Category.PRIORITY,
+    ):
         fixes.extend(_shape_fixes(o, view, job))
-    if category in ("capacity", "fragmentation", "priority") and o.preemption and core:
+    if (
+        category in (Category.CAPACITY, Category.FRAGMENTATION, Category.PRIORITY)
+        and o.preemption
+        and core
+    ):
         fixes.extend(_priority_fix(o, job, queue))
-    if category == "priority":
+    if category == Category.PRIORITY:
         fixes.extend(_order_fix(o, job, queue))
     return fixes
 
@@ -1297,7 +1314,7 @@ def explain_gangs(outlook: Outlook) -> list[GangLine]:
         job = _gang_job(outlook.gangs[key], f"gang {key}")
         answer = _explain(outlook, job, brief=True)
         answer.eta_seconds = (
-            _eta(outlook, job, answer.category) if answer.state == "waiting" else 0.0
+            _eta(outlook, job, answer.category) if answer.state == JobState.WAITING else 0.0
         )
         lines.append(GangLine(key, _queue_of(outlook, job), answer))
     return lines
@@ -1384,7 +1401,7 @@ class Headlines:
                 said = self._said.get(pod.uid)
             return said[0] if said is not None else None
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
-        if answer.state == "unknown":
+        if answer.state == JobState.UNKNOWN:
             return None
         text = f"{answer.headline} (gang {spec.key})"
         with self._lock:

@@ -37,6 +37,7 @@ from app.core.insight.explain import (
     place_job,
     view_for,
 )
+from app.core.model.categories import Category
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.labels import MIN_MEMBER, POD_GROUP, QUEUE, TOPOLOGY_PREFERRED
@@ -256,7 +257,7 @@ def what_if(o: Outlook, proposal: Proposal) -> WhatIf:
     )
     answer = WhatIf(job.subject, False, min_member=proposal.min_member, basis=proposal.basis)
     explanation = explain_job(o, job)
-    if explanation.category == "none":
+    if explanation.category == Category.NONE:
         ask, _ = ask_of(job.members)
         placed = place_job(o, view_for(o, job), job, ask)
         answer.fits_now = True
@@ -293,7 +294,7 @@ def _placement(
 def _room(o: Outlook, job: Job, explanation: Explanation) -> Any:
     """Evictions that would let a gang start, as the planner chooses them (None: none; a pod
     on its own is kube-scheduler's to preempt for)."""
-    categories = ("capacity", "fragmentation", "priority")
+    categories = (Category.CAPACITY, Category.FRAGMENTATION, Category.PRIORITY)
     if not o.preemption or job.gang is None or explanation.category not in categories:
         return None
     core = job.core
