@@ -66,11 +66,19 @@ class _Meta(msgspec.Struct):
     deletionTimestamp: Any = None  # noqa: N815
 
 
+class _Condition(msgspec.Struct):
+    """A pod condition's fields Muster reads."""
+
+    type: Any = None
+    status: Any = None
+
+
 class _Status(msgspec.Struct):
     """Pod and node status fields Muster reads."""
 
     phase: Any = None
     startTime: Any = None  # noqa: N815
+    conditions: list[_Condition] | None = None
     allocatable: Any = None
     capacity: Any = None
 
@@ -98,6 +106,10 @@ def _slim(item: _Item) -> dict[str, Any]:
     """An ``_Item`` as the API JSON dict ``app.core.model.parse`` takes (nulls left out)."""
     meta = {f: v for f in _Meta.__struct_fields__ if (v := getattr(item.metadata, f)) is not None}
     status = {f: v for f in _Status.__struct_fields__ if (v := getattr(item.status, f)) is not None}
+    if item.status.conditions is not None:
+        status["conditions"] = [
+            {"type": c.type, "status": c.status} for c in item.status.conditions
+        ]
     return {"metadata": meta, "spec": item.spec, "status": status}
 
 

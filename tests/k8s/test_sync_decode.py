@@ -26,10 +26,17 @@ def page(items: list[dict], **meta: str) -> bytes:
 def test_pods_and_nodes_convert_the_same_as_from_the_full_json(objects: ModuleType) -> None:
     pods = [objects.pod_json(i, 2, fill=0.5) for i in range(16)]
     pods[3]["metadata"]["deletionTimestamp"] = "2026-11-25T07:00:00Z"
+    pods[5].setdefault("status", {})["conditions"] = [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": None},
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"},
+    ]
     body = decode_page(page(pods, resourceVersion="42", **{"continue": "tok"}))
     assert body["metadata"] == {"resourceVersion": "42", "continue": "tok"}
     assert [pod_from_dict(p) for p in body["items"]] == [pod_from_dict(p) for p in pods]
     assert "managedFields" not in body["items"][0]["metadata"]
+    assert [p["metadata"]["name"] for p in body["items"] if pod_from_dict(p).unschedulable] == [
+        pods[5]["metadata"]["name"]
+    ]
     nodes = [objects.node_json(i) for i in range(3)]
     slim = decode_page(page(nodes, resourceVersion="7"))["items"]
     assert [node_from_dict(n) for n in slim] == [node_from_dict(n) for n in nodes]

@@ -471,7 +471,10 @@ class Planner:
 
         A nudge can be lost: kube-scheduler may be trying the pod when it arrives, and the
         try fails (a new leader nudges before the Service routes to it). A member that has
-        not reached filter ``RENUDGE`` seconds after its nudge is nudged again."""
+        not reached filter ``RENUDGE`` seconds after its nudge is nudged again, if
+        kube-scheduler has ever failed it (``PodScheduled=False``): a member it never tried
+        waits in its active queue and comes to filter without a nudge, and another patch
+        would only add to the API server's load while a burst of pods is being scheduled."""
         with self._lock:
             snapshot = self._cache.snapshot()
             now = self._clock()
@@ -486,6 +489,8 @@ class Planner:
                     if pod is None or snapshot.holds_node(pod):
                         continue
                     if uid in plan.nudged:
+                        if not pod.unschedulable:
+                            continue  # never failed: kube-scheduler's active queue holds it
                         when = self._nudged_at.get(uid, now)
                         if now - when < RENUDGE or self._asked.get(uid, -1.0) >= when:
                             continue

@@ -279,7 +279,22 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         ),
         workload_ref=_workload_ref(spec.get("workloadRef"), f"{field}.spec.workloadRef"),
         gates=_gates(spec.get("schedulingGates"), f"{field}.spec.schedulingGates"),
+        unschedulable=_unschedulable(status.get("conditions"), f"{field}.status.conditions"),
     )
+
+
+def _unschedulable(value: Any, field: str) -> bool:
+    """Whether a pod's conditions say kube-scheduler failed to place it (``PodScheduled``
+    ``False``)."""
+    if value is None:
+        return False
+    if not isinstance(value, list):
+        raise InvalidInput(field, f"expected a list, got {type(value).__name__}")
+    for i, condition in enumerate(value):
+        item = json_object(condition, f"{field}[{i}]")
+        if item.get("type") == "PodScheduled" and item.get("status") == "False":
+            return True
+    return False
 
 
 def _workload_ref(value: Any, field: str) -> WorkloadRef | None:

@@ -157,6 +157,8 @@ class Pod:
     group: GroupObject | None = None
     #: Names of the pod's scheduling gates (``spec.schedulingGates``, Kubernetes 1.27+).
     gates: tuple[str, ...] = ()
+    #: kube-scheduler has tried the pod and failed (condition ``PodScheduled=False``).
+    unschedulable: bool = False
 
     @property
     def key(self) -> str:
