@@ -142,6 +142,7 @@ def build_graph(
         journal=journal,
         wall=wall,
         active=lambda: leadership.leading,
+        clock=clock,
     )
     shares = ShareHistory(settings.share_history)
     sampler = ShareSampler(

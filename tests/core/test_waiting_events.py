@@ -3,7 +3,7 @@ starts with the category and summary, once per change (not once per kube-schedul
 
 from __future__ import annotations
 
-from app.core.cycle.loop import WAITING_REASON
+from app.core.cycle.loop import TELL_AFTER, WAITING_REASON
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
 from app.wiring import build_cache, build_graph
@@ -15,11 +15,15 @@ def test_a_changed_story_is_told_once_per_member() -> None:
     cache = build_cache(settings)
     cache.upsert_nodes([node("n", gpus=8)])
     gateway = InMemoryGateway(cache)
-    graph = build_graph(settings, cache, gateway)
+    now = [0.0]
+    graph = build_graph(settings, cache, gateway, clock=lambda: now[0])
     labels = {"muster.io/pod-group": "g", "muster.io/min-member": "3"}
     members = [pod(f"g-{i}", gpu=1, labels=labels) for i in range(2)]
     cache.upsert_pods(members)
     reasons = [graph.extender.filter(p, ["n"]).unresolvable["n"] for p in members]
+    graph.loop.run_once()
+    assert gateway.events == []  # held TELL_AFTER seconds first
+    now[0] += TELL_AFTER
     graph.loop.run_once()
     told = [(e.name, e.reason, e.message) for e in gateway.events]
     assert told == [(p.name, WAITING_REASON, r) for p, r in zip(members, reasons, strict=True)]
@@ -54,3 +58,32 @@ def test_a_member_arriving_between_cycles_is_told_how_many_exist_now() -> None:
     cache.upsert_pod(second)
     told_second = graph.extender.filter(second, ["n"]).unresolvable["n"]
     assert told_second.startswith("gang-incomplete: 2 of 3 members exist"), told_second
+
+
+def test_a_member_planned_while_its_story_is_held_is_never_told() -> None:
+    """A story is held ``TELL_AFTER`` seconds: a member whose gang is planned meanwhile gets
+    no Event (kube-scheduler's own FailedScheduling already told it), and a member that still
+    waits is told its latest story once."""
+    settings = Settings(strategy="binpack")
+    cache = build_cache(settings)
+    cache.upsert_nodes([node("n", gpus=8)])
+    gateway = InMemoryGateway(cache)
+    now = [0.0]
+    graph = build_graph(settings, cache, gateway, clock=lambda: now[0])
+    soon = {"muster.io/pod-group": "soon", "muster.io/min-member": "2"}
+    late = {"muster.io/pod-group": "late", "muster.io/min-member": "3"}
+    first = pod("soon-0", gpu=1, labels=soon)
+    waits = pod("late-0", gpu=1, labels=late)
+    cache.upsert_pods([first, waits])
+    for p in (first, waits):
+        assert "gang-incomplete" in graph.extender.filter(p, ["n"]).unresolvable["n"]
+    graph.loop.run_once()
+    now[0] += TELL_AFTER / 2
+    cache.upsert_pod(pod("soon-1", gpu=1, labels=soon))
+    graph.loop.run_once(force=True)
+    assert graph.planner.plan("default/soon") is not None
+    assert graph.planner.plan("default/late") is None
+    now[0] += TELL_AFTER / 2
+    graph.loop.run_once()
+    assert [(e.name, e.reason) for e in gateway.events] == [("late-0", WAITING_REASON)]
+    assert gateway.events[0].message.startswith("gang-incomplete: 1 of 3 members exist")

@@ -11,13 +11,16 @@ from harness import (
     BindingWatch,
     FakeKubelet,
     create_priority_classes,
+    gpu_pod,
     make_namespace,
     muster_cluster,
     priority_gang,
+    wait_for_failure,
     wait_nodes,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.core.cycle.loop import TELL_AFTER, WAITING_REASON
 from app.settings import Settings
 
 
@@ -77,3 +80,35 @@ def test_plans_starts_and_a_preemption_are_journaled() -> None:
         assert samples[("muster_decisions_total", (("kind", "gang-started"),))] == 2
         lost = samples[("muster_preemption_gpu_seconds_lost_total", (("kind", "preemption"),))]
         assert lost == victim["gpuSecondsLost"]
+
+
+def test_a_waiting_member_gets_a_gang_waiting_event_once_its_story_has_held() -> None:
+    """A story becomes a ``GangWaiting`` Event only after it has held ``TELL_AFTER`` seconds
+    and the member still waits; a member whose gang is planned meanwhile never gets one."""
+    settings = Settings(mode="cluster")
+    with muster_cluster(settings) as (_, core, muster):
+        ns = make_namespace(core, "told")
+        create_gpu_node(core, "told-0", gpus=8, labels={"e2e": "told"})
+        wait_nodes(muster, ["told-0"])
+        with BindingWatch(core, ns) as bound:
+            soon = gang("soon", 2, ns)
+            core.create_namespaced_pod(ns, soon[0])
+            wait_for_failure(core, ns, "gang-incomplete: 1 of 2", "soon-0 to be told it waits")
+            core.create_namespaced_pod(ns, soon[1])
+            wait_for(lambda: {"soon-0", "soon-1"} <= set(bound.placements), 60, "soon to bind")
+            # Held after soon-0's story, so told after soon-0's was dropped.
+            core.create_namespaced_pod(ns, gang("waits", 3, ns)[0])
+            told = wait_for(lambda: gang_waiting(core, ns) or None, TELL_AFTER + 30, "an event")
+        assert [(name, text.split(";")[0]) for name, text in told] == [
+            ("waits-0", "gang-incomplete: 1 of 3 members exist")
+        ]
+
+
+def gang(name: str, size: int, ns: str) -> list[dict[str, Any]]:
+    labels = {"muster.io/pod-group": name, "muster.io/min-member": str(size)}
+    return [gpu_pod(f"{name}-{i}", 1, ns, "told", labels) for i in range(size)]
+
+
+def gang_waiting(core: Any, ns: str) -> list[tuple[str, str]]:
+    events = core.list_namespaced_event(ns).items
+    return [(e.involved_object.name, e.message) for e in events if e.reason == WAITING_REASON]

@@ -213,6 +213,15 @@ class Planner:
         """The live plan of ``gang``, if any (never waits for a running cycle)."""
         return self._plans.get(gang)
 
+    def waiting(self, pod: Pod) -> bool:
+        """Whether ``pod`` still waits: the cache knows it, it holds no node and its gang (if
+        any) has no plan (never waits for a running cycle)."""
+        now = self._cache.pod(pod.uid)
+        if now is None or now.node_name or now.terminal:
+            return False
+        spec = gang_spec(now)
+        return spec is None or spec.key not in self._plans
+
     def planned_devices(self, uid: str, gang: str) -> tuple[int, ...] | None:
         """The GPU devices planned for member ``uid`` of ``gang`` (None: no plan names any)."""
         plan = self._plans.get(gang)
