@@ -4,19 +4,25 @@ starts with the category and summary, once per change (not once per kube-schedul
 from __future__ import annotations
 
 from app.core.cycle.loop import TELL_AFTER, WAITING_REASON
+from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
-from app.wiring import build_cache, build_graph
+from app.wiring import Graph, build_cache, build_graph
 from tests.factories import node, pod
 
 
-def test_a_changed_story_is_told_once_per_member() -> None:
+def one_node() -> tuple[ClusterCache, InMemoryGateway, Graph, list[float]]:
+    """A graph over one 8-GPU node whose clock is ``now[0]``."""
     settings = Settings(strategy="binpack")
     cache = build_cache(settings)
     cache.upsert_nodes([node("n", gpus=8)])
     gateway = InMemoryGateway(cache)
     now = [0.0]
-    graph = build_graph(settings, cache, gateway, clock=lambda: now[0])
+    return cache, gateway, build_graph(settings, cache, gateway, clock=lambda: now[0]), now
+
+
+def test_a_changed_story_is_told_once_per_member() -> None:
+    cache, gateway, graph, now = one_node()
     labels = {"muster.io/pod-group": "g", "muster.io/min-member": "3"}
     members = [pod(f"g-{i}", gpu=1, labels=labels) for i in range(2)]
     cache.upsert_pods(members)
@@ -64,12 +70,7 @@ def test_a_member_planned_while_its_story_is_held_is_never_told() -> None:
     """A story is held ``TELL_AFTER`` seconds: a member whose gang is planned meanwhile gets
     no Event (kube-scheduler's own FailedScheduling already told it), and a member that still
     waits is told its latest story once."""
-    settings = Settings(strategy="binpack")
-    cache = build_cache(settings)
-    cache.upsert_nodes([node("n", gpus=8)])
-    gateway = InMemoryGateway(cache)
-    now = [0.0]
-    graph = build_graph(settings, cache, gateway, clock=lambda: now[0])
+    cache, gateway, graph, now = one_node()
     soon = {"muster.io/pod-group": "soon", "muster.io/min-member": "2"}
     late = {"muster.io/pod-group": "late", "muster.io/min-member": "3"}
     first = pod("soon-0", gpu=1, labels=soon)
