@@ -349,12 +349,19 @@ def test_the_cache_lock_knows_when_a_thread_waits_for_it() -> None:
     assert got == [False, True] and not lock.contended
 
 
-def _random_statement(seed: int) -> tuple[list[Node], list[Pod], list[Pod], Statement]:
+def _random_statement(
+    seed: int, uniform: bool = False
+) -> tuple[list[Node], list[Pod], list[Pod], Statement]:
     """Nodes, running pods, pending pods and a statement reserving most of them, gang by
     gang: mostly on room and devices that are free in turn; some gangs fail alone in one
     way (devices already planned, no devices planned, a pod named twice, a node's CPU
-    exceeded, GPUs on a node without any), some are forced; releases and holds between."""
+    exceeded, GPUs on a node without any), some are forced; releases and holds between.
+
+    ``uniform``: the usual run of a cycle instead — every pod of one requests (one whole GPU,
+    or none) but for the one in trouble, and most gangs' members named node by node (one
+    stretch per node), the others scattered."""
     rng = random.Random(seed)
+    uniform_gpu = rng.choice([0, 1, 1])
     nodes = [node(f"n{i}", gpus=rng.choice([0, 4, 8]), cpu="64") for i in range(rng.randint(2, 8))]
     running = [
         pod(f"r{r}", uid=f"r{r}", gpu=0, cpu="2", node=rng.choice(nodes).name,
@@ -368,13 +375,13 @@ def _random_statement(seed: int) -> tuple[list[Node], list[Pod], list[Pod], Stat
     for g in range(rng.randint(1, 16)):
         placements: dict[str, str] = {}
         devices: dict[str, tuple[int, ...]] = {}
-        gpu = rng.choice([0, 1, 1, 2])
+        gpu = uniform_gpu if uniform else rng.choice([0, 1, 1, 2])
         labels = {"muster.io/queue": rng.choice(["q", "r"])} if rng.random() < 0.7 else {}
         trouble = rng.choice(["taken", "missing", "twice", "full", "nowhere"] + [""] * 10)
         size = rng.randint(1, 6)
         for m in range(size):
             last = m == size - 1  # the member in trouble, if any
-            cpu = "62" if last and trouble == "full" else rng.choice(["1", "4"])
+            cpu = "62" if last and trouble == "full" else rng.choice(["1", "4"][: 2 - uniform])
             p = pod(f"g{g}-{m}", uid=f"g{g}-{m}", gpu=gpu, cpu=cpu, labels=labels)
             pending.append(p)
             room = [n for n, left in free.items() if len(left) >= gpu]
@@ -397,6 +404,8 @@ def _random_statement(seed: int) -> tuple[list[Node], list[Pod], list[Pod], Stat
                 devices[p.uid] = chosen
             else:
                 devices[p.uid] = tuple(range(gpu))  # no such devices, or taken
+        if uniform and rng.random() < 0.8:  # one stretch per node (as a cycle names them)
+            placements = dict(sorted(placements.items(), key=lambda item: item[1]))
         ops.append(Reserve(f"g{g}", placements, devices, force=rng.random() < 0.05))
         if rng.random() < 0.1:
             ops.append(Release(tuple(rng.sample(list(placements), 1))))
@@ -405,8 +414,10 @@ def _random_statement(seed: int) -> tuple[list[Node], list[Pod], list[Pod], Stat
     return nodes, running, pending, Statement(ops, base=0)
 
 
-def _applied_state(seed: int, monkeypatch: pytest.MonkeyPatch | None) -> tuple[object, ...]:
-    nodes, running, pending, statement = _random_statement(seed)
+def _applied_state(
+    seed: int, monkeypatch: pytest.MonkeyPatch | None, uniform: bool = False
+) -> tuple[object, ...]:
+    nodes, running, pending, statement = _random_statement(seed, uniform)
     cache = ClusterCache()
     cache.upsert_nodes(nodes)
     cache.upsert_pods(running + pending)
@@ -440,6 +451,42 @@ def test_reservations_made_together_are_what_one_by_one_makes(
     with monkeypatch.context() as patched:
         alone = _applied_state(seed, patched)
     assert together == alone
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_usual_runs_made_together_are_what_one_by_one_makes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for runs of one requests and one whole GPU (or none) per pod, which
+    ``_reserve_whole_run`` reserves with whole-list steps: the cache ends exactly as one by
+    one leaves it, and as the pod-by-pod ``_reserve_together`` leaves it."""
+    together = _applied_state(seed, None, uniform=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(ClusterCache, "_reserve_whole_run", lambda *args: None)
+        pod_by_pod = _applied_state(seed, None, uniform=True)
+    with monkeypatch.context() as patched:
+        alone = _applied_state(seed, patched, uniform=True)
+    assert together == alone == pod_by_pod
+
+
+def test_usual_runs_are_reserved_with_whole_list_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above means something: ``_reserve_whole_run`` reserves many of those
+    runs, refuses some (then applied one by one), and leaves others (scattered members, a
+    pod of other requests) to the pod-by-pod check."""
+    outcomes: list[bool | None] = []
+    whole = ClusterCache._reserve_whole_run  # noqa: SLF001
+
+    def counted(self: ClusterCache, *args: Any) -> bool | None:
+        done = whole(self, *args)
+        outcomes.append(done)
+        return done
+
+    monkeypatch.setattr(ClusterCache, "_reserve_whole_run", counted)
+    for seed in range(80):
+        _applied_state(seed, None, uniform=True)
+    assert outcomes.count(True) >= 15
+    assert outcomes.count(False) >= 10
+    assert outcomes.count(None) >= 10
 
 
 def test_runs_are_reserved_together(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -111,6 +111,7 @@ class DeviceLedger:
         self._nodes: list[Node] = []
         self._index: dict[str, int] = {}
         self._counts: list[int] = []
+        self._count_array = np.zeros(0, dtype=np.int64)  # ``_counts`` as an array
         self._free = np.zeros((0, 1), dtype=np.int64)
         self._held: dict[str, Held] = {}
 
@@ -125,6 +126,7 @@ class DeviceLedger:
         self._nodes = list(nodes)
         self._index = {n.name: i for i, n in enumerate(self._nodes)}
         self._counts = [device_count(n) for n in self._nodes]
+        self._count_array = np.asarray(self._counts, dtype=np.int64)
         width = max(self._counts, default=0) or 1
         self._free = np.zeros((len(self._counts), width), dtype=np.int64)
         for i, c in enumerate(self._counts):
@@ -310,6 +312,24 @@ class DeviceLedger:
                 return None  # a device taken twice, or not fully free
         return RunCheck(rows, devices, records, rest)
 
+    def whole_cells(self, rows: np.ndarray, devices: np.ndarray) -> np.ndarray | None:
+        """Where in the free matrix device ``devices[k]`` of node row ``rows[k]`` is, for
+        pods each taking one whole device in turn (None: a device that does not exist,
+        named twice, or not fully free now); for ``place_whole``."""
+        counts = self._count_array[rows]
+        if (devices < 0).any() or (devices >= counts).any():
+            return None
+        cells: np.ndarray = rows * self._free.shape[1] + devices
+        if len(np.unique(cells)) != len(cells) or (self._free.flat[cells] != MILLI).any():
+            return None
+        return cells
+
+    def place_whole(self, cells: np.ndarray, records: Iterable[tuple[str, Held]]) -> None:
+        """Carry out ``whole_cells``' answer (nothing changed those devices since) with the
+        pods' ``records`` (in the order ``place`` would make them)."""
+        self._free.flat[cells] = 0
+        self._held.update(records)
+
     def place_run(self, checked: RunCheck) -> None:
         """Carry out ``check_run``'s answer (nothing else changed those nodes since); the
         records are written by ``place_checked`` (in the order ``place`` would make them)."""
@@ -330,8 +350,7 @@ class DeviceLedger:
 
     def holds_any(self, uids: Iterable[str]) -> bool:
         """Whether any of pods ``uids`` holds devices."""
-        held = self._held
-        return any(uid in held for uid in uids)
+        return not self._held.keys().isdisjoint(uids)
 
     def free_row(self, node: str) -> list[int]:
         """Free milli per device of ``node`` (empty for an unknown node)."""

@@ -17,7 +17,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import NamedTuple, cast
 
@@ -877,6 +878,9 @@ class ClusterCache:
         the outcome of applying them one by one, none refused. Otherwise, one by one says
         which are refused and why.
         """
+        fast = self._reserve_whole_run(cast(list[Reserve], ops[i:end]), devices)
+        if fast is not None:
+            return fast
         pods, index, reserved, placement = self._pods, self._index, self._reserved, self._placement
         rows: dict[int, list[Pod]] = {}
         planned: dict[str, tuple[int, ...]] = {}
@@ -955,6 +959,106 @@ class ClusterCache:
             amount = vector(requests) * count
             self._queue_used[key] = amount if before is None else before + amount
         self._generation += end - i - 1  # one generation per operation, as one by one
+        self._bump()
+        return True
+
+    def _reserve_whole_run(
+        self, run: Sequence[Reserve], devices: dict[str, tuple[int, ...]]
+    ) -> bool | None:
+        """``_reserve_together`` for the usual run, read with whole-list steps instead of pod
+        by pod: every pod of one requests, each either asking one whole GPU with one planned
+        device or asking none with none planned, and each operation's pods lying on its nodes
+        one stretch per node (so the order one by one makes the records in is the order the
+        pods are named in). ``None``: not such a run (``_reserve_together`` looks at it pod by
+        pod); otherwise its answer (False: nothing done, apply them one at a time)."""
+        uids: list[str] = []
+        names: list[str] = []
+        planned: dict[str, tuple[int, ...]] = {}
+        for op in run:
+            if not op.placements:
+                return None
+            uids.extend(op.placements)
+            names.extend(op.placements.values())
+            planned.update(op.devices)
+        count = len(uids)
+        looked = list(map(self._pods.get, uids))
+        if not all(looked):
+            return False  # a pod gone
+        pods = cast(list[Pod], looked)
+        if any(map(_NODE_NAME, pods)):
+            return False  # a pod bound
+        rows = list(map(self._index.get, names))
+        if None in rows:
+            return False  # a node gone
+        requests = list(map(_REQUESTS, pods))
+        first = requests[0]
+        if requests.count(first) != count:
+            return None
+        at = np.fromiter(cast(list[int], rows), np.int64, count)
+        # One stretch per node in each operation: the stretches' (operation, row) distinct.
+        start = np.ones(count, dtype=bool)
+        start[1:] = at[1:] != at[:-1]
+        edges = np.cumsum([len(op.placements) for op in run])[:-1]
+        start[edges] = True
+        op_of = np.zeros(count, dtype=np.int64)
+        op_of[edges] = 1
+        stretch = np.cumsum(op_of)[start] * len(self._nodes) + at[start]
+        if len(np.unique(stretch)) != len(stretch):
+            return None
+        uid_set = set(uids)
+        if (
+            len(uid_set) != count  # a pod named twice
+            or not planned.keys() <= uid_set  # devices for a pod not reserved here
+            or not self._assumed.keys().isdisjoint(uid_set)  # binding
+            or not self._reserved.keys().isdisjoint(uid_set)  # a move, or nothing to do
+            or not self._placement.keys().isdisjoint(uid_set)
+            or self._devices.holds_any(uid_set)
+        ):
+            return False
+        asks = GpuAsk.of_each(pods)
+        shapes = list(map(_ASK_SHAPE, asks))
+        if shapes.count((0, 0)) == count:
+            if planned:
+                return False  # devices for pods that ask for none: one by one says
+            chosen: list[tuple[int, ...]] = []
+        elif shapes.count((1, MILLI)) == count:
+            chosen = list(map(planned.get, uids))  # type: ignore[arg-type]
+            if None in chosen or list(map(len, chosen)).count(1) != count:
+                return None  # no planned device for a GPU pod, or not one device
+        else:
+            return None
+        unique, per_row = np.unique(at, return_counts=True)
+        need = per_row[:, None] * vector(first)
+        if (need > self._alloc[unique] - self._used[unique]).any():
+            return False
+        cells = None
+        if chosen:
+            on = np.fromiter(map(_FIRST, chosen), np.int64, count)
+            cells = self._devices.whole_cells(at, on)
+            if cells is None:
+                return False  # a device that does not exist, taken twice, or not fully free
+        self._used[unique] += need
+        pairs = list(zip(uids, names, strict=True))
+        self._reserved.update(pairs)
+        self._placement.update(pairs)
+        if cells is not None:
+            # ``Held`` records made as ``Held._make`` does, without a Python call per pod.
+            records = map(tuple.__new__, repeat(Held), zip(names, asks, chosen, strict=True))
+            self._devices.place_whole(cells, zip(uids, records, strict=True))
+            devices.update(zip(uids, chosen, strict=True))
+        found = list(map(self._queue_key.get, uids))
+        if None in found:
+            known = [(uid, key) for uid, key in zip(uids, found, strict=True) if key is not None]
+            self._queue_applied.update(known)
+            keys = [key for _, key in known]
+        else:
+            keys = cast(list[QueueKey], found)
+            self._queue_applied.update(zip(uids, keys, strict=True))
+        for key, members in Counter(keys).items():
+            before = self._queue_used.get(key)
+            amount = vector(first) * members
+            self._queue_used[key] = amount if before is None else before + amount
+        self._generation += len(run) - 1  # one generation per operation, as one by one
         self._bump()
         return True
 
@@ -1233,6 +1337,12 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+_NODE_NAME = attrgetter("node_name")
+_REQUESTS = attrgetter("requests")
+_ASK_SHAPE = attrgetter("count", "milli")
+_FIRST = itemgetter(0)
 
 
 def _run_end(ops: Sequence[Reserve | Release | Hold], i: int) -> int:
