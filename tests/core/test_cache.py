@@ -530,12 +530,40 @@ def test_a_device_planned_twice_in_a_run_is_refused_for_the_second(
             applied = cache.apply(statement)
         assert list(applied.refused) == [1]
         assert "device 3" in str(applied.refused[1])
+        held = cache.snapshot().devices
         states.append(
             (
                 dict(applied.devices),
                 cache.view().gpu_free.tolist(),
                 sorted(cache.snapshot().reserved),
+                {uid: h.devices for uid, h in held.items()},
             )
         )
     assert states[0] == states[1]
-    assert states[0][0] == {"p0": (3,), "p1": (0,)}
+    assert states[0][0] == {}  # the first plan holds the devices it planned: nothing to say
+    assert states[0][3] == {"p0": (3,), "p1": (0,)}
+
+
+def test_applied_names_the_devices_the_cache_chose_and_not_those_planned() -> None:
+    """``Applied.devices`` says where the cache's devices differ from the plan's: a GPU pod
+    reserved without planned devices gets the default ones (named), a pod with planned ones
+    holds exactly those (not named); one by one and together alike."""
+    for together in (True, False):
+        cache = ClusterCache()
+        cache.upsert_nodes([node("n0", gpus=8)])
+        cache.upsert_pods([pod(f"p{i}", uid=f"p{i}", gpu=1) for i in range(4)])
+        statement = Statement(
+            [
+                Reserve("a", {"p0": "n0", "p1": "n0"}, {"p0": (5,), "p1": (6,)}),
+                Reserve("b", {"p2": "n0", "p3": "n0"}, {}),
+            ],
+            base=cache.generation,
+        )
+        if not together:
+            statement.ops.insert(1, Release(()))  # a run of one: applied one at a time
+        applied = cache.apply(statement)
+        assert not applied.refused
+        held = {uid: h.devices for uid, h in cache.snapshot().devices.items()}
+        assert held["p0"] == (5,) and held["p1"] == (6,)
+        assert applied.devices == {"p2": held["p2"], "p3": held["p3"]}
+        assert {*held["p2"], *held["p3"]}.isdisjoint({5, 6})

@@ -43,6 +43,7 @@ def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang
     fresh: GangMemo = {}
     kept: dict[str, Gang | None] = {}
     rebuild: list[Pod] = []
+    held: list[bool] = []  # ``holds`` of each of ``rebuild``
     for key, members in groups.items():
         state = tuple(map(holds, members))
         old = memo.get(key)
@@ -55,9 +56,10 @@ def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang
             kept[key] = old[2]
         else:
             rebuild.extend(members)
+            held.extend(state)
         fresh[key] = (members, state, None)
     # The gangs to rebuild, in one pass (a gang is built from its own members alone).
-    built = collect_gangs(rebuild, holds) if rebuild else {}
+    built = collect_gangs(rebuild, holds, held) if rebuild else {}
     gangs: dict[str, Gang] = {}
     for key, (members, state, _) in fresh.items():
         gang = kept[key] if key in kept else built.get(key)

@@ -37,10 +37,8 @@ a share) is ``app.core.gpu.links.choose``.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
@@ -121,12 +119,6 @@ class GpuAsk:
     @classmethod
     def of_each(cls, pods: Iterable[Pod]) -> list[GpuAsk]:
         """``of`` of each of ``pods`` (the memo read in line: a commit asks for every pod)."""
-        pods = list(pods)
-        hits = list(map(_ASKS.get, map(id, pods)))
-        if None not in hits:
-            known_hits = cast(list[tuple[Pod, GpuAsk]], hits)
-            if all(map(operator.is_, map(_OWNER, known_hits), pods)):
-                return list(map(_ASK, known_hits))  # all remembered (the usual case)
         out: list[GpuAsk] = []
         known = _ASKS.get
         for pod in pods:
@@ -176,8 +168,6 @@ NO_GPU = GpuAsk()
 
 #: ``GpuAsk.of`` answers by ``id(pod)``, with the pod; at most ``_MAX_ASKS`` of them.
 _ASKS: dict[int, tuple[Pod, GpuAsk]] = {}
-_OWNER: Callable[[tuple[Pod, GpuAsk]], Pod] = operator.itemgetter(0)
-_ASK: Callable[[tuple[Pod, GpuAsk]], GpuAsk] = operator.itemgetter(1)
 _MAX_ASKS = 16384
 
 

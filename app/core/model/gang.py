@@ -111,8 +111,22 @@ _MAX_SPECS = 16384
 def gang_spec(pod: Pod) -> GangSpec | None:
     """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own (see
     ``_gang_spec``). Remembered per pod object: pods are immutable, and the cache, each cycle
-    and each filter call ask for the same pods' gangs again."""
-    return _remembered(_SPECS, pod, _gang_spec)
+    and each filter call ask for the same pods' gangs again. Equal specs are one object
+    (members of one gang mostly say the same: ``_agree`` then reads one)."""
+    return _remembered(_SPECS, pod, _shared_spec)
+
+
+#: Every distinct ``GangSpec`` made, to hand out one object per value; at most ``_MAX_SPECS``.
+_DISTINCT: dict[GangSpec, GangSpec] = {}
+
+
+def _shared_spec(pod: Pod) -> GangSpec | None:
+    spec = _gang_spec(pod)
+    if spec is None:
+        return None
+    if len(_DISTINCT) >= _MAX_SPECS:
+        _DISTINCT.clear()
+    return _DISTINCT.setdefault(spec, spec)
 
 
 def _remembered(memo: dict[int, tuple[Pod, T]], pod: Pod, make: Callable[[Pod], T]) -> T:
@@ -289,15 +303,23 @@ class Gang:
         return self.max_member or max(len(self.members), self.min_member)
 
 
-def collect_gangs(pods: Iterable[Pod], holds_node: Callable[[Pod], bool]) -> dict[str, Gang]:
+def collect_gangs(
+    pods: Iterable[Pod],
+    holds_node: Callable[[Pod], bool],
+    held: Iterable[bool] | None = None,
+) -> dict[str, Gang]:
     """Group live pods into gangs keyed ``namespace/name``.
 
-    ``holds_node(pod)`` tells bound members (or binds in flight) from pending ones.
+    ``holds_node(pod)`` tells bound members (or binds in flight) from pending ones; ``held``,
+    when given, is its answer for each of ``pods`` in turn (the caller asked already).
     """
     gangs: dict[str, Gang] = {}
     specs: dict[str, list[GangSpec]] = {}
     known = _SPECS.get  # ``gang_spec``'s memo read in line (a cycle groups every member)
-    for pod in pods:
+    if held is None:
+        pods = list(pods)
+        held = map(holds_node, pods)
+    for pod, holds in zip(pods, held, strict=True):
         if pod.terminal or pod.deleting:
             continue
         hit = known(id(pod))
@@ -313,7 +335,7 @@ def collect_gangs(pods: Iterable[Pod], holds_node: Callable[[Pod], bool]) -> dic
             gang = gangs[key]
             same.append(spec)
         gang.members.append(pod)
-        (gang.bound if holds_node(pod) else gang.pending).append(pod)
+        (gang.bound if holds else gang.pending).append(pod)
     for key, gang in gangs.items():
         _agree(gang, specs[key])
     return gangs
@@ -326,6 +348,9 @@ _CREATED = operator.attrgetter("created")
 
 
 def _agree(gang: Gang, specs: list[GangSpec]) -> None:
+    first = specs[0]
+    if specs.count(first) == len(specs):  # (equal specs are mostly one object: quick)
+        specs = [first]  # every member says the same
     problems = sorted({s.problem for s in specs if s.problem})
     mins = sorted({s.min_member for s in specs if s.min_member is not None})
     maxes = sorted({s.max_member for s in specs if s.max_member is not None})
@@ -341,4 +366,7 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     gang.conflicts = tuple(sorted({note for s in specs for note in s.notes}))
     gang.problem = "; ".join(problems)
     gang.members.sort(key=_BY_AGE)
-    gang.pending.sort(key=_BY_AGE)
+    if gang.bound:
+        gang.pending.sort(key=_BY_AGE)
+    else:
+        gang.pending = list(gang.members)  # every member pending: the same order (stable)

@@ -845,7 +845,7 @@ class ClusterCache:
                 while i < len(ops):
                     if i >= alone:
                         end = _run_end(ops, i)
-                        if end - i > 1 and self._reserve_together(ops, i, end, devices):
+                        if end - i > 1 and self._reserve_together(ops, i, end):
                             i = end
                             if time.perf_counter() >= deadline:
                                 break
@@ -866,7 +866,6 @@ class ClusterCache:
         ops: Sequence[Reserve | Release | Hold],
         i: int,
         end: int,
-        devices: dict[str, tuple[int, ...]],
     ) -> bool:
         """Make the plain reservations ``ops[i:end]`` (``_run_end``) in one step when they
         all fit together now; returns whether it did (False: nothing done, apply them one
@@ -878,7 +877,7 @@ class ClusterCache:
         the outcome of applying them one by one, none refused. Otherwise, one by one says
         which are refused and why.
         """
-        fast = self._reserve_whole_run(cast(list[Reserve], ops[i:end]), devices)
+        fast = self._reserve_whole_run(cast(list[Reserve], ops[i:end]))
         if fast is not None:
             return fast
         pods, index, reserved, placement = self._pods, self._index, self._reserved, self._placement
@@ -948,8 +947,9 @@ class ClusterCache:
         reserved.update(flat)
         placement.update(flat)
         held = [(uid, records[uid]) for uid, _ in flat if uid in records]
+        # Every record holds the devices planned for its pod (``check_run`` takes those or
+        # none): nothing for ``Applied.devices``.
         self._devices.place_checked(None, None, held)
-        devices.update((uid, record.devices) for uid, record in held)
         keys = self._queue_key
         queued = [(pod.uid, keys.get(pod.uid), pod.requests) for _, ms in order for pod in ms]
         self._queue_applied.update((uid, key) for uid, key, _ in queued if key is not None)
@@ -962,9 +962,7 @@ class ClusterCache:
         self._bump()
         return True
 
-    def _reserve_whole_run(
-        self, run: Sequence[Reserve], devices: dict[str, tuple[int, ...]]
-    ) -> bool | None:
+    def _reserve_whole_run(self, run: Sequence[Reserve]) -> bool | None:
         """``_reserve_together`` for the usual run, read with whole-list steps instead of pod
         by pod: every pod of one requests, each either asking one whole GPU with one planned
         device or asking none with none planned, and each operation's pods lying on its nodes
@@ -973,27 +971,29 @@ class ClusterCache:
         pod); otherwise its answer (False: nothing done, apply them one at a time)."""
         uids: list[str] = []
         names: list[str] = []
+        pods: list[Pod] = []
         planned: dict[str, tuple[int, ...]] = {}
+        look, first = self._pods.get, None
         for op in run:
             if not op.placements:
                 return None
-            uids.extend(op.placements)
-            names.extend(op.placements.values())
             planned.update(op.devices)
+            for uid, node in op.placements.items():
+                pod = look(uid)
+                if pod is None or pod.node_name:
+                    return False  # a pod gone or bound
+                if pod.requests != first:
+                    if first is not None:
+                        return None
+                    first = pod.requests
+                uids.append(uid)
+                names.append(node)
+                pods.append(pod)
+        assert first is not None
         count = len(uids)
-        looked = list(map(self._pods.get, uids))
-        if not all(looked):
-            return False  # a pod gone
-        pods = cast(list[Pod], looked)
-        if any(map(_NODE_NAME, pods)):
-            return False  # a pod bound
         rows = list(map(self._index.get, names))
         if None in rows:
             return False  # a node gone
-        requests = list(map(_REQUESTS, pods))
-        first = requests[0]
-        if requests.count(first) != count:
-            return None
         at = np.fromiter(cast(list[int], rows), np.int64, count)
         # One stretch per node in each operation: the stretches' (operation, row) distinct.
         start = np.ones(count, dtype=bool)
@@ -1045,7 +1045,6 @@ class ClusterCache:
             # ``Held`` records made as ``Held._make`` does, without a Python call per pod.
             records = map(tuple.__new__, repeat(Held), zip(names, asks, chosen, strict=True))
             self._devices.place_whole(cells, zip(uids, records, strict=True))
-            devices.update(zip(uids, chosen, strict=True))
         found = list(map(self._queue_key.get, uids))
         if None in found:
             known = [(uid, key) for uid, key in zip(uids, found, strict=True) if key is not None]
@@ -1078,9 +1077,10 @@ class ClusterCache:
             if not status.ok:
                 refused[i] = status
                 return
+            planned = op.devices
             for uid in op.placements:
                 held = self._devices.held(uid)
-                if held is not None:
+                if held is not None and planned.get(uid) != held.devices:
                     devices[uid] = held.devices
 
     def _reserve(self, op: Reserve) -> Status:

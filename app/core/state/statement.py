@@ -65,7 +65,8 @@ class Applied:
 
     #: Index in ``Statement.ops`` -> why that ``Reserve`` reserved nothing (absent: it held).
     refused: Mapping[int, Status]
-    #: uid -> the GPU devices each reserved pod holds now (GPU pods only).
+    #: uid -> the GPU devices a reserved pod holds now, where they are not the ones its
+    #: ``Reserve`` planned (none planned, or other ones); GPU pods only.
     devices: Mapping[str, tuple[int, ...]]
     #: Whether nothing else changed the cache between the snapshot and the end of the commit.
     clean: bool
