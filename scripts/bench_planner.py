@@ -28,6 +28,11 @@ nothing else running (the baseline), then while another thread runs full cycles 
 behind a running cycle (the cache lock, the planner lock, and the GIL: the cycle thread is
 pure Python too).
 
+``--against DIR`` compares the full cycle with another checkout's code (say a copy of main:
+``git archive main | tar -x -C /tmp/base``): each side runs this benchmark's cycle part in a
+fresh process of the same interpreter, alternately (``--pairs`` times, this checkout second in
+each pair), and the medians and best of both are printed with their ratio (this / other).
+
 Prints figures and the ratio against the baseline; the targets (issue 12) are a full cycle of
 5 000 nodes and 10 000 pods in 1 000 gangs in at most 100 ms, and a filter call never waiting
 behind a running cycle for more than 5 ms. It is not a pass/fail test.
@@ -38,7 +43,9 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -312,7 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--filter-calls", type=int, default=200, help="filter calls of each kind (0: skip)"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (a directory holding app/ and scripts/) to compare with",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="alternating runs with --against")
     args = parser.parse_args(argv)
+    if args.against is not None:
+        return against(args)
     nodes = make_nodes(args.nodes)
     pods = make_gangs(args.gangs, args.size, args.queues)
     runs = [one_run(nodes, pods) for _ in range(args.repeat)]
@@ -334,6 +349,57 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("\n".join(filter_while_cycling(nodes, pods, args.filter_calls)))
     return 0
+
+
+#: The rows of this benchmark's table ``against`` reads: label -> (median, best) ms.
+_ROW = re.compile(r"^(full cycle(?:, CPU time)?)\s+([\d.]+)\s+([\d.]+)", re.MULTILINE)
+
+
+def against(args: argparse.Namespace) -> int:
+    """Full cycles of ``args.against``'s code and of this checkout's, alternately in fresh
+    processes; prints each pair and the medians with their ratio."""
+    other = args.against.resolve()
+    script = other / "scripts" / "bench_planner.py"
+    if not script.is_file():
+        print(f"--against {other}: no scripts/bench_planner.py there", file=sys.stderr)
+        return 2
+    sizes = [f"--nodes={args.nodes}", f"--gangs={args.gangs}", f"--size={args.size}",
+             f"--queues={args.queues}", f"--repeat={args.repeat}", "--filter-calls=0"]  # fmt: skip
+    runs: dict[str, list[dict[str, tuple[float, float]]]] = {"other": [], "this": []}
+    print(
+        f"full cycle, {args.nodes} nodes, {args.gangs} gangs x {args.size}: {other} (other) "
+        f"against {ROOT} (this), {args.pairs} alternating pairs, median / best of "
+        f"{args.repeat} fresh caches each (ms)"
+    )
+    print(f"{'pair':>4} {'other full':>13} {'other CPU':>13} {'this full':>13} {'this CPU':>13}")
+    for pair in range(1, args.pairs + 1):
+        for side, path in (("other", script), ("this", ROOT / "scripts" / "bench_planner.py")):
+            done = subprocess.run(
+                [sys.executable, str(path), *sizes], capture_output=True, text=True, check=True
+            )
+            found = {m[1]: (float(m[2]), float(m[3])) for m in _ROW.finditer(done.stdout)}
+            if "full cycle" not in found:
+                print(f"{side}: no 'full cycle' row in its output:\n{done.stdout}", file=sys.stderr)
+                return 2
+            runs[side].append(found)
+        cells = [
+            _pair_cell(runs[side][-1].get(row))
+            for side in ("other", "this")
+            for row in ("full cycle", "full cycle, CPU time")
+        ]
+        print(f"{pair:>4} " + " ".join(f"{c:>13}" for c in cells))
+    for row in ("full cycle", "full cycle, CPU time"):
+        medians = {side: [r[row][0] for r in found if row in r] for side, found in runs.items()}
+        if not all(medians.values()):
+            continue
+        a, b = statistics.median(medians["other"]), statistics.median(medians["this"])
+        print(f"{row}: median of the pairs' medians {a:.1f} (other) vs {b:.1f} (this): "
+              f"ratio {b / a:.2f}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    return 0
+
+
+def _pair_cell(found: tuple[float, float] | None) -> str:
+    return "-" if found is None else f"{found[0]:.1f} / {found[1]:.1f}"
 
 
 def table(rows: list[tuple[str, list[float]]], base: list[float], width: int = 24) -> None:
