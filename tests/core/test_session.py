@@ -81,6 +81,21 @@ def test_whole_gpu_picks_taken_together_are_still_checked(
         session.reserve_all([("default/g", {a.uid: "n0", b.uid: "n0"}, picks)])
 
 
+def test_a_whole_gpu_pick_past_a_smaller_nodes_devices_is_refused() -> None:
+    """A 4-GPU node next to an 8-GPU one: its devices 4..7 are the device matrix's padding,
+    never free, so a pick there is refused as one the node does not have."""
+    a, b = member("g", 0), member("g", 1)
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=4), node("n1", gpus=8)])
+    cache.upsert_pods([a, b])
+    session = Session(cache, {})
+    with pytest.raises(GpuOvercommit):
+        session.reserve_all([("default/g", {a.uid: "n0", b.uid: "n0"}, {a.uid: (0,), b.uid: (5,)})])
+    fine = Session(cache, {})
+    fine.reserve_all([("default/g", {a.uid: "n0", b.uid: "n0"}, {a.uid: (0,), b.uid: (3,)})])
+    assert fine.view().gpu_free[0].tolist() == [0, 1000, 1000, 0, 0, 0, 0, 0]
+
+
 def test_whole_gpu_picks_of_many_reservations_are_taken_together() -> None:
     pods = [member(f"g{k}", i, minimum=2) for k in range(3) for i in range(2)]
     cache = cache_with(*pods, nodes=2)

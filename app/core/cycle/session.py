@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from app.core.cycle.plans import Eviction, Plan
-from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, give, take
+from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, asks_known, give, take
 from app.core.gpu.ledger import device_count
 from app.core.model.values import Pod, Resources
 from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
@@ -130,13 +130,17 @@ class Session:
         # Whole single-GPU picks, taken together below: row, device.
         whole_rows: list[int] = []
         whole_devices: list[int] = []
-        ask_of, ops = GpuAsk.of, self.statement.ops
+        ask_of, known, ops = GpuAsk.of, asks_known(), self.statement.ops
         last, row, here = "", -1, []  # the node of the pod before (a gang's run on a node)
+        first: Resources | None = None  # the requests of every pod so far (None: they differ)
+        alike = True
         for gang, placements, devices in reservations:
             for uid, node in placements.items():
                 pod = pods[uid]
                 if pod.node_name or uid in assumed:
                     continue  # it holds its node
+                if pod.requests != first:
+                    alike, first = first is None, pod.requests
                 if uid in reserved or (uid in placement and uid not in released):
                     if self._node_of(uid) == node:
                         continue
@@ -150,7 +154,8 @@ class Session:
                 here.append(pod)
                 chosen = devices.get(uid)
                 if chosen:
-                    ask = ask_of(pod)
+                    hit = known(id(pod))  # ``GpuAsk.of``'s memo read in line
+                    ask = hit[1] if hit is not None and hit[0] is pod else ask_of(pod)
                     if len(chosen) == 1 == ask.count and ask.milli == MILLI and not force:
                         whole_rows.append(row)
                         whole_devices.append(chosen[0])
@@ -170,13 +175,18 @@ class Session:
             self._take_whole(whole_rows, whole_devices)
         if rows:
             used = self._writable()[0]
-            for row, (members, _) in rows.items():
-                first = members[0].requests
-                if all(p.requests == first for p in members):
-                    used[row] += vector(first) * len(members)
-                else:
-                    for p in members:
-                        used[row] += vector(p.requests)
+            if alike and first is not None:  # every pod of one requests: one step for all rows
+                at = np.fromiter(rows, np.int64, len(rows))
+                many = np.fromiter((len(m) for m, _ in rows.values()), np.int64, len(rows))
+                used[at] += many[:, None] * vector(first)
+            else:
+                for row, (members, _) in rows.items():
+                    here_first = members[0].requests
+                    if all(p.requests == here_first for p in members):
+                        used[row] += vector(here_first) * len(members)
+                    else:
+                        for p in members:
+                            used[row] += vector(p.requests)
         self._changed()
         self.version += len(reservations) - 1  # one per decision, as one by one
 
@@ -264,13 +274,12 @@ class Session:
         free = self._writable()[1]
         at = np.asarray(rows, dtype=np.int64)
         on = np.asarray(devices, dtype=np.int64)
-        nodes = self._base_free.nodes
-        count_of = {row: device_count(nodes[row]) for row in set(rows)}
-        counts = np.fromiter(map(count_of.__getitem__, rows), np.int64, len(rows))
         cells = at * free.shape[1] + on
+        # A device past a node's own count is a cell of the matrix's padding, which shows
+        # nothing free (``DeviceLedger``): checking the width and the free milli suffices.
         if (
             (on < 0).any()
-            or (on >= counts).any()
+            or (on >= free.shape[1]).any()
             or len(np.unique(cells)) != len(cells)
             or (free.flat[cells] != MILLI).any()
         ):

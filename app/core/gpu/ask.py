@@ -37,7 +37,7 @@ a share) is ``app.core.gpu.links.choose``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,6 +165,13 @@ class GpuAsk:
 
 
 NO_GPU = GpuAsk()
+
+
+def asks_known() -> Callable[[int], tuple[Pod, GpuAsk] | None]:
+    """``GpuAsk.of``'s memo lookup by ``id(pod)``, to read it in line in a loop over many
+    pods: a hit ``(pod, ask)`` answers for that very pod only (``hit[0] is pod``)."""
+    return _ASKS.get
+
 
 #: ``GpuAsk.of`` answers by ``id(pod)``, with the pod; at most ``_MAX_ASKS`` of them.
 _ASKS: dict[int, tuple[Pod, GpuAsk]] = {}
