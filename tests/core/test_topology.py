@@ -565,3 +565,128 @@ def test_demand_memo_places_as_computing_afresh(seed: int) -> None:
         )
         if with_memo.complete:
             session.reserve(f"ml/g{g}", with_memo.placed, with_memo.devices)
+
+
+def next_domain_run(seed: int) -> tuple[int, int]:
+    """Gangs of one shape reserved one after another in a session, as runs fill domain after
+    domain; each time the domain the last placement went to takes no more of them,
+    ``next_domain`` is asked and compared with a search from scratch (a fresh memo): the
+    same domain and first-by-strictly-fewest flag, and the memo left as that search leaves
+    it. Otherwise the gang is placed with the memo, as the search from scratch places it.
+    Blocks mix empty twins, partly used ones and nodes of 4 and 8 GPUs; now and then a pod
+    on its own takes a GPU anywhere (rows outside the filled domain change). Returns how
+    often ``next_domain`` answered and declined."""
+    import random
+
+    from app.core.actions.allocate_in_domain import (
+        DemandMemo,
+        allocate_topology,
+        fill_domain,
+        next_domain,
+    )
+    from app.core.cycle.session import Session
+    from app.core.state.domains import tree_for
+
+    rng = random.Random(7000 + seed)
+    per_block = rng.choice([4, 8, 16])
+    boxes = [
+        (f"n{b}-{i}", f"z/s{b % 2}/b{b}/n{b}-{i}", rng.choice([8, 8, 8, 4]),
+         rng.choice([0] * 6 + [1, 2, 4]) if rng.random() < 0.3 else 0)
+        for b in range(rng.randint(6, 16))
+        for i in range(per_block)
+    ]  # fmt: skip
+    cluster = Cluster(nodes_of(boxes), planner_options={"topology_keys": DEFAULT_KEYS})
+    cluster.cache.upsert_pods(
+        pod(f"busy-{name}", gpu=used, node=name) for name, _, _, used in boxes if used
+    )
+    size, gpu = rng.choice([(10, 1), (3, 2), (5, 1), (2, 4), (12, 1)])
+    gangs = [gang(size, gpu, {}, name=f"g{g}") for g in range(rng.randint(20, 60))]
+    for members in gangs:
+        cluster.cache.upsert_pods(members)
+    solos = [pod(f"solo-{k}", gpu=1) for k in range(12)]
+    cluster.cache.upsert_pods(solos)
+    session = Session(cluster.cache, {})
+    tree = tree_for(session.view().table, DEFAULT_KEYS)
+    memo = DemandMemo()
+    answered = declined = 0
+    for g, members in enumerate(gangs):
+        view = session.view()
+        searched = DemandMemo()
+        afresh = allocate_topology(view, members, tree=tree, memo=searched)
+        found = None
+        last = memo.last
+        if last is not None:
+            level, filled, decides = last
+            room = fill_domain(view, members[0], tree, level, filled, "binpack", size)
+            if sum(count for _, count in room) < size:  # the last domain takes no more
+                found = next_domain(view, members, tree, (level, filled), decides, memo)
+                if found is None:
+                    declined += 1
+                else:
+                    answered += 1
+                    assert searched.last is not None
+                    assert found == (searched.last[1], searched.winner is not None)
+                    assert (memo.last, memo.winner) == (searched.last, searched.winner)
+        if found is None:
+            with_memo = allocate_topology(view, members, tree=tree, memo=memo)
+            assert (with_memo.placed, with_memo.devices) == (afresh.placed, afresh.devices)
+        if not afresh.complete:
+            break
+        session.reserve(f"ml/g{g}", afresh.placed, afresh.devices)
+        if solos and rng.random() < 0.2:  # now and then a pod on its own takes a GPU anywhere
+            extra, free = solos.pop(), session.view().gpu_free
+            row = rng.choice(np.flatnonzero((free == 1000).any(axis=1)).tolist())
+            device = int(np.flatnonzero(free[row] == 1000)[0])
+            where = session.view().nodes[row].name
+            session.reserve("", {extra.uid: where}, {extra.uid: (device,)})
+    return answered, declined
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_next_domain_answers_as_the_search(seed: int) -> None:
+    next_domain_run(seed)
+
+
+def test_next_domain_answers_and_declines() -> None:
+    """The comparison above means something: over those clusters ``next_domain`` answers
+    often and declines at times (a domain that is no twin, a trace too short)."""
+    counts = [next_domain_run(seed) for seed in range(30)]
+    assert sum(a for a, _ in counts) >= 200
+    assert sum(d for _, d in counts) >= 50
+
+
+def test_next_domain_declines_a_domain_alike_in_sums_but_not_in_devices() -> None:
+    """Three nodes, each a domain of its own, with equal usage (one GPU's worth, two pods):
+    on n0 and n2 a whole GPU, on n1 two halves of two GPUs (6 idle). The gang of one 7-GPU
+    pod goes to n0; n1, next in key order, cannot take the next one, n2 can. ``next_domain``
+    must not take n1 for a twin of what n0 was (equal sums, other devices): it names n2, as
+    the search does, or leaves it to the search."""
+    from app.core.actions.allocate_in_domain import DemandMemo, allocate_topology, next_domain
+    from app.core.cycle.session import Session
+    from app.core.state.domains import tree_for
+
+    boxes = [(f"n{i}", f"z/s/b{i}/n{i}", 8, 0) for i in range(3)]
+    cluster = cluster_of(boxes)
+    busy = [pod(f"whole-{n}", gpu=1, cpu="1", node=f"n{n}") for n in (0, 2)]
+    busy += [pod(f"cpu-{n}", cpu="1", node=f"n{n}") for n in (0, 2)]
+    busy += [pod(f"half-{d}", cpu="1", node="n1", annotations={
+        "muster.io/gpu-fraction": "0.5", "muster.io/gpu-ids": str(d)}) for d in (0, 1)]  # fmt: skip
+    first, second = gang(1, 7, {}, name="g0"), gang(1, 7, {}, name="g1")
+    cluster.cache.upsert_pods([*busy, *first, *second])
+    session = Session(cluster.cache, {})
+    view = session.view()
+    tree = tree_for(view.table, DEFAULT_KEYS)
+    assert [view.used[view.index[n]].tolist() for n in ("n0", "n1")] == [
+        view.used[view.index["n2"]].tolist()
+    ] * 2
+    assert view.gpu_free[view.index["n1"]].tolist()[:2] == [500, 500]
+    memo = DemandMemo()
+    placed = allocate_topology(view, first, tree=tree, memo=memo)
+    assert set(placed.placed.values()) == {"n0"} and memo.last is not None
+    session.reserve("ml/g0", placed.placed, placed.devices)
+    view = session.view()
+    searched = allocate_topology(view, second, tree=tree)
+    assert set(searched.placed.values()) == {"n2"}
+    level, filled, decides = memo.last
+    found = next_domain(view, second, tree, (level, filled), decides, memo)
+    assert found is None or tree.domains[level][found[0]].label(tree) == "n2"

@@ -37,8 +37,9 @@ the ordinary strategy (no nested packing into sub-domains).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,6 +68,9 @@ class TopologyAllocation(Allocation):
     domain: str = ""
 
 
+Kinds = dict[tuple[Resources, Constraint], int]
+
+
 @dataclass(slots=True)
 class _Demand:
     """What the gang needs and what each node offers it, computed once per gang and view."""
@@ -74,6 +78,8 @@ class _Demand:
     total: np.ndarray  # summed requests (R,)
     counts: np.ndarray  # members per kind
     pinned: np.ndarray  # rows of running members
+    masks: dict[Constraint, np.ndarray]  # ``eligible`` per node constraint of the members
+    kinds: Kinds  # members per kind (requests, constraint)
     #: Makes ``(columns, level sums)`` when first needed (a gang placed where the last one
     #: went needs neither): ``columns`` is rows x (2R + kinds), summed per domain in one pass:
     #: free room (never below zero), free room on rows some member may use, whole slots per
@@ -91,9 +97,6 @@ class _Demand:
         if found is None:
             found = level_sums[level] = tree.sums(level, columns)
         return found
-
-
-Kinds = dict[tuple[Resources, Constraint], int]
 
 
 class DemandMemo:
@@ -123,6 +126,8 @@ class DemandMemo:
         #: ``(level, domain, what else decides)`` of the last placement into one domain
         #: (None: the last call placed nothing, or not inside one domain).
         self.last: tuple[int, int, object] | None = None
+        #: What the last domain search that placed a gang saw and did (``next_domain``).
+        self.trace: SearchTrace | None = None
 
     def repeat(self, tree: Tree, decides: object) -> tuple[int, int] | None:
         """``(level, domain)`` where this gang goes if it fits there at all: the last gang of
@@ -221,6 +226,8 @@ def allocate_topology(
     if memo is not None:
         repeat = None if len(demand.pinned) else memo.repeat(tree, decides)
         memo.winner = memo.last = None
+        if len(demand.pinned):
+            memo.trace = None
     for level in [start] if required else range(start, -1, -1):
         if tree.spans_all(level):
             break  # one domain of every node: the same as anywhere
@@ -232,12 +239,14 @@ def allocate_topology(
                 assert memo is not None
                 memo.winner = memo.last = (level, repeat[1], decides)
                 return again
-        found, free, first, index = _best(view, members, tree, level, demand, strategy)
+        seen = _Seen() if memo is not None and not len(demand.pinned) else None
+        found, free, first, index = _best(view, members, tree, level, demand, strategy, seen)
         if found is not None:
-            if memo is not None and not len(demand.pinned):
+            if memo is not None and seen is not None:
                 memo.last = (level, index, decides)
                 if first is not None:
                     memo.winner = memo.last
+                memo.trace = seen.trace(view, members, tree, level, demand, decides, index)
             return found
         if required:
             return TopologyAllocation(
@@ -277,6 +286,8 @@ def _demand(
         total=vector(total),
         counts=np.array(list(kinds.values()), dtype=np.int64),
         pinned=np.array(rows, dtype=np.int64),
+        masks=masks,
+        kinds=kinds,
         source=source,
     )
 
@@ -306,12 +317,19 @@ def _columns(
 
 
 def _best(
-    view: NodeView, members: list[Pod], tree: Tree, level: int, demand: _Demand, strategy: str
+    view: NodeView,
+    members: list[Pod],
+    tree: Tree,
+    level: int,
+    demand: _Demand,
+    strategy: str,
+    seen: _Seen | None = None,
 ) -> tuple[TopologyAllocation | None, np.ndarray, int | None, int]:
     """The best placement inside one domain of ``level`` (``None``: none fits), the free
     room per domain on rows the members may use (for the reason when none fits), the
     domain placed in when it came first by strictly the fewest GPUs left (see
-    ``DemandMemo.repeat``; else ``None``), and the domain placed in (-1: none)."""
+    ``DemandMemo.repeat``; else ``None``), and the domain placed in (-1: none). ``seen``
+    (if given) gets the candidates' order, tighter bounds and placements (``SearchTrace``)."""
     r = len(RESOURCE_NAMES)
     sums = demand.sums(tree, level)
     total, free, slots = sums[:, :r], sums[:, r : 2 * r], sums[:, 2 * r :]
@@ -340,7 +358,12 @@ def _best(
             # (empty blocks alike) that could not beat the best one without placing there.
             if kept is None:
                 since = tried
-                kept = _kept(view, tree, level, candidates[order[tried:MAX_TRIES]], len(members))
+                # (When tracing, the bounds of the candidates a later ``next_domain`` may look
+                # at too: one call for all.)
+                stop = MAX_TRIES if seen is None else _KEEP
+                kept = _kept(view, tree, level, candidates[order[tried:stop]], len(members))
+                if seen is not None:
+                    seen.kept.update(zip(candidates[order[tried:stop]].tolist(), kept, strict=True))
             bound = kept[tried - since]
             if bound >= 0 and (lower[0], max(lower[1], bound), *lower[2:]) >= best[0]:
                 continue
@@ -348,6 +371,8 @@ def _best(
         gpus = np.maximum(view.allocatable[domain.rows, _GPU] - view.used[domain.rows, _GPU], 0)
         placed = _place_in(view, members, tree, level, domain.index, strategy)
         if not placed.complete:
+            if seen is not None:
+                seen.placed[lower[-1]] = None
             continue
         taken: dict[str, int] = {}
         for pod in members:
@@ -356,10 +381,15 @@ def _best(
         for node, amount in taken.items():  # domain.rows ascend
             gpus[int(np.searchsorted(domain.rows, view.index[node]))] -= amount
         actual = (lower[0], int(gpus.max(initial=0)), *lower[2:])
+        if seen is not None:
+            seen.placed[lower[-1]] = actual
         if best is None or actual < best[0]:
             best = (actual, _named(placed, tree, domain), domain.index)
     if best is None:
         return None, free, None, -1
+    if seen is not None:
+        seen.order = [(tuple(keys[k].tolist()), int(candidates[k])) for k in order[:_KEEP]]
+        seen.count, seen.actual = len(order), best[0]
     head = int(order[0])
     alone = len(order) == 1 or keys[int(order[1]), 0] > keys[head, 0]
     first = int(candidates[head]) if alone and best[0][-1] == keys[head, -1] else None
@@ -388,6 +418,217 @@ def _kept(view: NodeView, tree: Tree, level: int, domains: np.ndarray, members: 
         gpus = np.maximum(view.allocatable[at, _GPU] - view.used[at, _GPU], 0)
         out.append(int(np.partition(gpus, -members - 1)[-members - 1]))
     return out
+
+
+#: Candidates a ``SearchTrace`` keeps in order: a search looks at ``MAX_TRIES`` at most,
+#: and ``next_domain`` one further for each domain that left the list since.
+_KEEP = 2 * MAX_TRIES
+
+#: One key of a candidate domain: GPUs left, a bound on the most left on one node, CPU and
+#: memory left, the domain.
+Key = tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What ``_best`` saw while it searched (for ``SearchTrace``)."""
+
+    order: list[tuple[Key, int]] = field(default_factory=list)
+    count: int = 0
+    kept: dict[int, int] = field(default_factory=dict)
+    placed: dict[int, Key | None] = field(default_factory=dict)
+    actual: Key = ()
+
+    def trace(
+        self,
+        view: NodeView,
+        members: Sequence[Pod],
+        tree: Tree,
+        level: int,
+        demand: _Demand,
+        decides: object,
+        winner: int,
+    ) -> SearchTrace:
+        """The search's ``SearchTrace``, its winner ``winner`` (a domain of ``level``)."""
+        rows = tree.domains[level][winner].rows
+        mask = eligible(view, members[0])
+        return SearchTrace(
+            key=(view.table, tree, tuple(demand.kinds.items()), _asks(members), level, decides),
+            used=view.used.copy(),
+            gpu_free=view.gpu_free.copy(),
+            order=self.order,
+            count=self.count,
+            kept=self.kept,
+            placed=self.placed,
+            winner=winner,
+            lower=next(key for key, domain in self.order if domain == winner),
+            actual=self.actual,
+            twin=_rows_state(view, rows, mask),
+        )
+
+
+def _asks(members: Sequence[Pod]) -> tuple[GpuAsk, ...]:
+    """The members' GPU asks (they decide devices, which the kinds do not say)."""
+    return tuple(map(GpuAsk.of, members))
+
+
+def _rows_state(view: NodeView, rows: np.ndarray, mask: np.ndarray) -> tuple[bytes, ...]:
+    """What placing alike members in a domain of ``rows`` reads of them to decide where
+    they go (``fill_alike`` under binpack): per row in order, allocatable, usage, free GPU
+    devices and whether the members may use it. (Which devices they get also depends on
+    the nodes' GPU links, but where they go, and so the domain's actual key, does not.)"""
+    return (
+        view.allocatable[rows].tobytes(),
+        view.used[rows].tobytes(),
+        view.gpu_free[rows].tobytes(),
+        mask[rows].tobytes(),
+    )
+
+
+@dataclass(slots=True)
+class SearchTrace:
+    """What one domain search (``_best``, for gangs of one shape, none running) saw and did:
+    the view's usage and free devices then, the candidates best key first (the first
+    ``_KEEP`` of ``count``), the tighter bound of those it computed one for, the outcome of
+    those it placed in (their actual key, ``None``: the gang did not fit), the domain it
+    chose with its key and actual key, and that domain's rows then (``_rows_state``).
+    ``next_domain`` answers the next search from it."""
+
+    key: tuple[object, ...]
+    used: np.ndarray
+    gpu_free: np.ndarray
+    order: list[tuple[Key, int]]
+    count: int
+    kept: dict[int, int]
+    placed: dict[int, Key | None]
+    winner: int
+    lower: Key
+    actual: Key
+    twin: tuple[bytes, ...]
+
+
+def next_domain(
+    view: NodeView,
+    members: list[Pod],
+    tree: Tree,
+    at: tuple[int, int],
+    decides: object,
+    memo: DemandMemo,
+) -> tuple[int, bool] | None:
+    """Where ``allocate_topology`` (binpack) places ``members`` (a gang's core, alike, none
+    running) at level ``at[0]`` (which it comes to without trying a narrower one, see
+    ``reaches``) when the last search (``memo.trace``, same members' kinds, GPU asks and
+    ``decides``) chose domain ``D`` = ``at[1]`` of that level and gangs filled it so that
+    no more of them fits there (the caller knows it: ``fill_domain``);
+    ``(domain, whether it came first by strictly the fewest GPUs left)``, None: not known
+    without searching. Updates ``memo`` as that search would (``winner``, ``last``, trace).
+
+    The answer is the search's own: since the trace, only ``D``'s rows changed (compared
+    value by value), so every other domain has the key, bound and placement it had then;
+    ``D``'s key is made afresh and placing there fails. Going through the candidates in
+    key order as the search does (``MAX_TRIES``, stop at a key not below the best, pass
+    over a domain whose tighter bound is not below it), each outcome is one the trace
+    knows, but for the first domain not placed in then: its rows are, value by value, what
+    ``D``'s were when the trace placed the first gang there (a twin), so the gang lands on
+    the same rows in turn with the same devices, and its actual key is ``D``'s then but for
+    the domain. Anything else (another unknown domain, a domain that would now beat it) is
+    left to the search."""
+    trace = memo.trace
+    level, filled = at
+    if trace is None or not members or trace.winner != filled:
+        return None
+    masks = {constraint_of(members[0]): eligible(view, members[0])}
+    kinds: Kinds = {}
+    for pod in members:
+        kind = (pod.requests, constraint_of(pod))
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if len(kinds) != 1:
+        return None
+    if trace.key != (view.table, tree, tuple(kinds.items()), _asks(members), level, decides):
+        return None
+    changed = np.flatnonzero(
+        ~rows_all(view.used == trace.used) | ~rows_all(view.gpu_free == trace.gpu_free)
+    )
+    if (tree.ids[level, changed] != filled).any():
+        return None
+    # ``D`` afresh: its sums decide whether it is still a candidate, and its key.
+    domain = tree.domains[level][filled]
+    sums = _columns(view, masks, kinds, domain.rows).sum(axis=0)
+    r = len(RESOURCE_NAMES)
+    need = vector(members[0].requests) * len(members)
+    order = [(key, d) for key, d in trace.order if d != filled]
+    count = trace.count - 1
+    truncated = trace.count > len(trace.order)
+    if (sums[r : 2 * r] >= need).all() and sums[2 * r] >= len(members):
+        left = sums[:r] - need
+        mine = (int(left[_GPU]), -(-int(left[_GPU]) // len(domain.rows)), int(left[_CPU]),
+                int(left[_MEMORY]), filled)  # fmt: skip
+        if not truncated or (order and mine < order[-1][0]):
+            bisect.insort(order, (mine, filled))
+        count += 1
+    if truncated and len(order) < MAX_TRIES:
+        return None
+    kept = {d: b for d, b in trace.kept.items() if d != filled}
+    placed = {d: a for d, a in trace.placed.items() if d != filled}
+    placed[filled] = None  # no more of the gangs fits there (the caller's word)
+    best: Key | None = None
+    twin: int | None = None
+    for tried, (lower, d) in enumerate(order):
+        if tried >= MAX_TRIES or (best is not None and lower >= best):
+            break
+        if best is not None:
+            bound = kept.get(d)
+            if bound is None:
+                bound = kept[d] = _kept(view, tree, level, np.array([d]), len(members))[0]
+            if bound >= 0 and (lower[0], max(lower[1], bound), *lower[2:]) >= best:
+                continue
+        if d in placed:
+            actual = placed[d]
+        elif (
+            twin is None
+            and lower[:-1] == trace.lower[:-1]
+            and _is_twin(view, tree, level, d, masks, trace)
+        ):
+            twin, actual = d, (*trace.actual[:-1], d)
+            placed[d] = actual
+        else:
+            return None  # a placement the trace does not know
+        if actual is not None and (best is None or actual < best):
+            best = actual
+    if best is None or twin is None or best[-1] != twin:
+        return None
+    head = order[0][0]
+    first = best[-1] == head[-1] and (count == 1 or order[1][0][0] > head[0])
+    memo.last = (level, twin, decides)
+    memo.winner = memo.last if first else None
+    memo.trace = SearchTrace(
+        key=trace.key,
+        used=view.used.copy(),
+        gpu_free=view.gpu_free.copy(),
+        order=order[:_KEEP],
+        count=count,
+        kept=kept,
+        placed=placed,
+        winner=twin,
+        lower=next(key for key, d in order if d == twin),
+        actual=best,
+        twin=trace.twin,
+    )
+    return twin, first
+
+
+def _is_twin(
+    view: NodeView,
+    tree: Tree,
+    level: int,
+    index: int,
+    masks: dict[Constraint, np.ndarray],
+    trace: SearchTrace,
+) -> bool:
+    """Whether domain ``index``'s rows now read, value by value and in order, what the
+    trace's chosen domain's read when the trace placed there (``_rows_state``)."""
+    rows = tree.domains[level][index].rows
+    return _rows_state(view, rows, next(iter(masks.values()))) == trace.twin
 
 
 def _place_in(

@@ -35,6 +35,7 @@ from app.core.actions.allocate_in_domain import (
     TopologyAllocation,
     allocate_topology,
     fill_domain,
+    next_domain,
     reaches,
 )
 from app.core.actions.backfill import Reservation, may_backfill
@@ -887,6 +888,50 @@ class Planner:
             # Not first by strictly the fewest GPUs left, and taking none: it need not come
             # first again. (Taking GPUs, it does: see ``_plan_run``'s docstring.)
             return []
+        done: list[str] = []
+        while True:
+            taken, full = self._run_in(
+                session, queue, by_queue, usage, now, (level, index), (core, shape)
+            )
+            done.extend(taken)
+            if not full or not line:
+                return done
+            # The domain takes no more gangs of this shape. The next one, alike, would search;
+            # where that search places it is known without searching when only this domain
+            # changed since the last search and the next candidate is a twin of what this
+            # domain was then (``next_domain``): go on there.
+            following = _alike_core(line[0])
+            if following is None or following[1] != shape:
+                return done
+            if len(by_queue) > 1 and _turn(by_queue, usage, self._queues.config) != queue:
+                return done
+            view = session.view()
+            found = next_domain(view, following[0], tree, (level, index), decides, self._demand)
+            if found is None:
+                return done
+            index, core = found[0], following[0]
+            if self._demand.winner != self._demand.last and not demand[0]:
+                return done  # (as above: a gang taking no GPUs goes on only when first)
+
+    def _run_in(
+        self,
+        session: Session,
+        queue: str,
+        by_queue: dict[str, list[Gang]],
+        usage: QueueUsage,
+        now: float,
+        domain: tuple[int, int],
+        alike_to: tuple[list[Pod], tuple[object, ...]],
+    ) -> tuple[list[str], bool]:
+        """``_plan_run``'s step in one domain (``(level, index)``) for the gangs next in
+        ``queue``'s line alike ``(core, shape)`` (``_alike_core``): the gangs planned (taken
+        off the line), and whether the domain takes no more of them."""
+        line = by_queue[queue]
+        level, index = domain
+        core, shape = alike_to
+        view = session.view()
+        tree = tree_for(view.table, self._topology_keys)
+        demand = demand_of(core)
         size = len(core)
         fill = fill_domain(view, core[0], tree, level, index, self._strategy, len(line) * size)
         whole = sum(count for _, count in fill) // size  # gangs the domain takes
@@ -897,7 +942,7 @@ class Planner:
                 break
             run.append((gang, alike[0]))
         if not run:
-            return []
+            return [], whole == 0  # (no gang at all fits there: the domain is full for them)
         names: list[str] = []
         devices: list[tuple[int, ...]] = []
         gpu = GpuAsk.of(core[0])
@@ -938,12 +983,13 @@ class Planner:
             done.append(key)
         if taken:
             session.reserve_all(taken)
-        if len(done) == whole:
+        full = len(done) == whole
+        if full:
             # The domain takes no more gangs of this shape: the next one would try it first
             # (``DemandMemo.repeat``), find no room and search; it may as well search at once.
             self._demand.winner = None
         del line[: len(done)]
-        return done
+        return done, full
 
     def _commit(self, session: Session) -> Applied:
         """Apply ``session`` to the cache and adopt its plans; a reservation that no longer

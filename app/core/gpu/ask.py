@@ -113,6 +113,8 @@ class GpuAsk:
         ask = cls._of(pod)
         if len(_ASKS) >= _MAX_ASKS:
             _ASKS.clear()
+            _SAME.clear()
+        ask = _SAME.setdefault(ask, ask)  # equal asks one object: comparing them is quick
         _ASKS[id(pod)] = (pod, ask)  # the pod kept alive with it: its id is not reused
         return ask
 
@@ -176,6 +178,8 @@ def asks_known() -> Callable[[int], tuple[Pod, GpuAsk] | None]:
 #: ``GpuAsk.of`` answers by ``id(pod)``, with the pod; at most ``_MAX_ASKS`` of them.
 _ASKS: dict[int, tuple[Pod, GpuAsk]] = {}
 _MAX_ASKS = 16384
+#: Every distinct ask ``GpuAsk.of`` made, to hand out one object per value.
+_SAME: dict[GpuAsk, GpuAsk] = {}
 
 
 @dataclass(frozen=True, slots=True)
