@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -27,3 +28,16 @@ def test_planner_benchmark_prints_cycles_and_filter_waits(
     for kind in ("pod on its own", "planned member", "unplanned gang"):
         assert kind in out
 
+
+def test_planner_benchmark_against_another_checkout(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--against``: this checkout against itself (tiny sizes, one pair), then a directory
+    without the benchmark (refused, saying so)."""
+    argv = ["--nodes", "40", "--gangs", "12", "--size", "4", "--repeat", "1", "--pairs", "1"]
+    assert bench.main([*argv, "--against", str(bench.ROOT)]) == 0
+    out = capsys.readouterr().out
+    assert "1 alternating pairs" in out
+    assert "full cycle: median of the pairs' medians" in out and "ratio" in out
+    assert bench.main([*argv, "--against", str(tmp_path)]) == 2
+    assert "no scripts/bench_planner.py there" in capsys.readouterr().err
