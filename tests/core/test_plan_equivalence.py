@@ -297,7 +297,7 @@ def test_runs_are_planned_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_runs_go_on_into_the_next_domain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparisons above cover runs going on into the next domain without a search
-    (``next_domain``, 40 of 69 asked when written), and it declines at times."""
+    (``next_domain``: 115 of 195 asks when written), and it declines at times."""
     answers: list[bool] = []
     real = planner.next_domain
 

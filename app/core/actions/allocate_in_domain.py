@@ -422,7 +422,7 @@ def _kept(view: NodeView, tree: Tree, level: int, domains: np.ndarray, members: 
 
 #: Candidates a ``SearchTrace`` keeps in order: a search looks at ``MAX_TRIES`` at most,
 #: and ``next_domain`` one further for each domain that left the list since.
-_KEEP = 2 * MAX_TRIES
+_KEEP = 4 * MAX_TRIES
 
 #: One key of a candidate domain: GPUs left, a bound on the most left on one node, CPU and
 #: memory left, the domain.
