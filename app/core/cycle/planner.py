@@ -867,7 +867,9 @@ class Planner:
         (``fill_alike``): the first ``k`` gangs take the first ``k`` stretches of one fill
         of the domain. Every gang is still judged on its own, in order: its queue's turn
         (weighted DRF) and its quota (``admit``) with the usage of those before it; the run
-        stops at the first that would not be planned right there."""
+        stops at the first that would not be planned right there. Once the domain takes no
+        more of them, the run goes on into the domain the next gang's search would choose,
+        when that is known without searching (``next_domain``)."""
         last = self._demand.last
         line = by_queue[queue]
         if last is None or not line or session.holds[1] or not scorer(self._strategy).packs:
@@ -889,11 +891,17 @@ class Planner:
             # first again. (Taking GPUs, it does: see ``_plan_run``'s docstring.)
             return []
         done: list[str] = []
+        went_on = False  # into a domain no gang was placed in yet (``next_domain``)
         while True:
             taken, full = self._run_in(
                 session, queue, by_queue, usage, now, (level, index), (core, shape)
             )
             done.extend(taken)
+            if went_on and not taken:
+                # Its turn or quota stops the gang there: it is planned as if it had not been
+                # looked at (``_plan_core`` says why), and nothing went to that domain.
+                self._demand.last = self._demand.winner = None
+                return done
             if not full or not line:
                 return done
             # The domain takes no more gangs of this shape. The next one, alike, would search;
@@ -909,7 +917,7 @@ class Planner:
             found = next_domain(view, following[0], tree, (level, index), decides, self._demand)
             if found is None:
                 return done
-            index, core = found[0], following[0]
+            index, core, went_on = found[0], following[0], True
             if self._demand.winner != self._demand.last and not demand[0]:
                 return done  # (as above: a gang taking no GPUs goes on only when first)
 
