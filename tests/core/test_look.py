@@ -3,8 +3,13 @@ cache as it is now with the plans, reasons and hold the last cycle finished with
 
 from __future__ import annotations
 
+import random
 import threading
+from dataclasses import replace
 
+import pytest
+
+from app.core.cycle.memos import gangs_of
 from app.core.cycle.planner import Planner
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
@@ -96,3 +101,44 @@ def test_looks_at_an_unchanged_cache_share_its_gangs_and_see_a_change() -> None:
     assert later.gangs is not first.gangs
     assert len(later.gangs["default/b"].members) == 2
     assert len(first.gangs["default/b"].members) == 1  # what the earlier look saw stays
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_looks_share_gangs_across_changes_to_pods_outside_gangs_alone(seed: int) -> None:
+    """A look after pods outside any gang came, went or changed shares the last look's
+    gangs; after any change to a gang member the gangs are found again; either way they
+    equal the gangs found from scratch."""
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(3)])
+    cache.upsert_pods([member(g, i) for g in "abc" for i in range(2)])
+    planner = Planner(cache)
+    planner.cycle()
+    last = planner.look()
+    shared = 0
+    for step in range(40):
+        snapshot = cache.snapshot()
+        lone = [p for p in snapshot.pods.values() if p.uid not in snapshot.gang_members]
+        members = [snapshot.pods[u] for u in snapshot.gang_members]
+        kind = rng.choice(["lone start", "lone end", "lone update", "member", "cycle"])
+        touches_gangs = kind in ("member", "cycle")
+        if kind == "lone start" or (kind != "lone start" and not lone and not touches_gangs):
+            cache.upsert_pods([pod(f"x{step}", gpu=1, node=f"n{step % 3}", phase="Running")])
+        elif kind == "lone end":
+            cache.delete_pod(rng.choice(lone).uid)
+        elif kind == "lone update":
+            p = rng.choice(lone)
+            cache.upsert_pods([replace(p, annotations={**p.annotations, "s": str(step)})])
+        elif kind == "member":
+            p = rng.choice(members)
+            cache.upsert_pods([replace(p, labels={**p.labels, "s": str(step)})])
+        else:
+            planner.cycle()
+        now = planner.look()
+        fresh = gangs_of(now.session.snapshot)
+        assert now.gangs == fresh, step
+        if not touches_gangs:
+            assert now.gangs is last.gangs, step
+            shared += 1
+        last = now
+    assert shared > 10

@@ -239,19 +239,11 @@ def fill_alike(
     if not len(rows) or limit <= 0:
         return []
     need = vector(requests)
-    free = view.allocatable[rows] - view.used[rows]
-    ok = rows_all(free >= need)
-    if ask.count:
-        idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
-        ok &= idle >= ask.count
+    free, ok, idle = _fit_rows(view, need, ask, rows)
     scores = policy.score(view, rows, requests)
     at = np.flatnonzero(ok)
     at = at[np.argsort(-scores[at], kind="stable")]  # best first, first of equals first
-    room = np.full(len(at), limit, dtype=np.int64)
-    for column in np.flatnonzero(need > 0).tolist():  # a few columns: no row reduction
-        room = np.minimum(room, free[at, column] // need[column])
-    if ask.count:
-        room = np.minimum(room, idle[at] // ask.count)
+    room = _room(free, idle, need, ask, at, limit)
     ends = np.cumsum(room)
     stop = int(np.searchsorted(ends, limit))  # the last row used
     out = []
@@ -261,6 +253,108 @@ def fill_alike(
         out.append((row, count))
         left -= count
     return out
+
+
+def _fit_rows(
+    view: NodeView, need: np.ndarray, ask: GpuAsk, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """For ``fill_alike``'s candidate ``rows``: what is free on each, whether one member
+    fits there, and (GPU asks) how many whole GPUs are idle there."""
+    free = view.allocatable[rows] - view.used[rows]
+    ok = rows_all(free >= need)
+    idle = None
+    if ask.count:
+        idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
+        ok &= idle >= ask.count
+    return free, ok, idle
+
+
+def _room(
+    free: np.ndarray,
+    idle: np.ndarray | None,
+    need: np.ndarray,
+    ask: GpuAsk,
+    at: np.ndarray,
+    limit: int,
+) -> np.ndarray:
+    """How many alike members each of the fitting candidates ``at`` takes at once (at most
+    ``limit``): ``min(free // request)`` over the resources asked, and idle GPUs // count."""
+    room = np.full(len(at), limit, dtype=np.int64)
+    for column in np.flatnonzero(need > 0).tolist():  # a few columns: no row reduction
+        room = np.minimum(room, free[at, column] // need[column])
+    if idle is not None:
+        room = np.minimum(room, idle[at] // ask.count)
+    return room
+
+
+class AlikeFit:
+    """Whether ``allocate(view, members, strategy=...)`` places every member, for many views
+    of one node table, without placing them: exact for members ``allocate`` places alike
+    (``_fill``: one requests, GPU ask and constraint, whole GPUs or none, a packing
+    scorer). ``fill_alike`` places them all exactly when the rows that fit one member
+    take ``limit`` of them together, each as many as fit on it at once (``_room``); so no
+    score or sort is needed, the count is a sum over rows (a view that differs in a few rows
+    differs in those rows' terms alone), and (room only grows as pods go) the answer only
+    turns true as a view frees room. Built by ``of``, which answers None for members placed
+    otherwise."""
+
+    __slots__ = ("_ask", "_eligible", "_limit", "_need", "_rows", "_table")
+
+    def __init__(self, view: NodeView, first: Pod, limit: int) -> None:
+        self._table = view.table
+        self._eligible = eligible(view, first)
+        self._rows = np.flatnonzero(self._eligible)
+        self._need = vector(first.requests)
+        self._ask = GpuAsk.of(first)
+        self._limit = limit
+
+    @staticmethod
+    def of(view: NodeView, members: Sequence[Pod], strategy: str) -> AlikeFit | None:
+        """The fit test of ``members`` on views like ``view`` (None: not placed alike)."""
+        ordered = _ordered(members)
+        if not ordered or not scorer(strategy).packs or not _alike(ordered, None):
+            return None
+        return AlikeFit(view, ordered[0], len(ordered))
+
+    @property
+    def limit(self) -> int:
+        """How many members there are: they all fit when ``room`` reaches it."""
+        return self._limit
+
+    def room(self, view: NodeView) -> int:
+        """How many members the rows of ``view`` take together, each row at most ``limit``
+        (``view``: of the same node table as the view given to ``of``)."""
+        if view.table is not self._table:
+            raise ValueError("AlikeFit: a view of another node table")
+        return self._sum(view.allocatable, view.used, view.gpu_free, self._rows)
+
+    def room_of(self, rows: np.ndarray, used: np.ndarray, gpu_free: np.ndarray) -> int:
+        """``room``'s terms for rows ``rows`` alone (ascending, no repeats), with ``used``
+        and ``gpu_free`` their rows of the view in question."""
+        mine = self._eligible[rows]
+        return self._sum(self._table.allocatable[rows[mine]], used[mine], gpu_free[mine], None)
+
+    def fits(self, view: NodeView) -> bool:
+        """``allocate(view, members, strategy=...).complete``."""
+        return self.room(view) >= self._limit
+
+    def _sum(self, allocatable: np.ndarray, used: np.ndarray, gpu_free: np.ndarray,
+             rows: np.ndarray | None) -> int:  # fmt: skip
+        if rows is not None:
+            if len(rows) == len(allocatable):  # every row: no copies
+                rows = None
+            else:
+                allocatable, used, gpu_free = allocatable[rows], used[rows], gpu_free[rows]
+        if not len(allocatable):
+            return 0
+        free = allocatable - used
+        ok = rows_all(free >= self._need)
+        idle = None
+        if self._ask.count:
+            idle = (gpu_free == MILLI).sum(axis=1)
+            ok &= idle >= self._ask.count
+        at = np.flatnonzero(ok)
+        return int(_room(free, idle, self._need, self._ask, at, self._limit).sum())
 
 
 def devices_in_turn(

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.actions.allocate import Allocation, FitBound, allocate
+from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
-from app.core.state.cache import NodeView, Snapshot, releases, without
+from app.core.state.cache import NodeView, Releases, Snapshot, releases, without
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +176,25 @@ def cheapest_set(
     all of them would not make room (then nothing should be evicted at all)."""
 
     gone = _Freer(snapshot, candidates)
+    alike = AlikeFit.of(snapshot.view, members, strategy)
     # Most sets tried leave too little room; the quick bound says so without an allocation
     # (it is False only where ``allocate`` would leave a member out: the same answers).
-    bound = FitBound(snapshot.view, members)
+    # Members placed alike need no allocation at all to know (``AlikeFit``).
+    bound = FitBound(snapshot.view, members) if alike is None else None
 
     def attempt(units: Sequence[Unit]) -> Allocation:
         return allocate(gone.freed(units), members, strategy=strategy)
 
+    # What the whole view takes; a set of victims changes the rows its pods are on alone.
+    base = alike.room(snapshot.view) if alike is not None else 0
+
     def fits(units: Sequence[Unit]) -> bool:
+        if alike is not None:
+            rows, used, gpu_free = gone.rows_freed(units)
+            view = snapshot.view
+            before = alike.room_of(rows, view.used[rows], view.gpu_free[rows])
+            return base - before + alike.room_of(rows, used, gpu_free) >= alike.limit
+        assert bound is not None
         view = gone.freed(units)
         return bound.possible(view) and allocate(view, members, strategy=strategy).complete
 
@@ -228,6 +239,14 @@ class _Freer:
 
     def freed(self, units: Sequence[Unit]) -> NodeView:
         """``snapshot.view`` with every pod of ``units`` (some of the candidates) gone."""
+        return self._only(units).freed(self._view)
+
+    def rows_freed(self, units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``freed(units)`` where it differs from ``snapshot.view``: the rows the pods of
+        ``units`` are on (ascending), and those rows of its ``used`` and ``gpu_free``."""
+        return self._only(units).freed_rows(self._view)
+
+    def _only(self, units: Sequence[Unit]) -> Releases:
         keep = np.zeros(len(self._releases), dtype=bool)
         keep[[row for unit in units for row in self._rows[id(unit)]]] = True
-        return self._releases.only(keep).freed(self._view)
+        return self._releases.only(keep)

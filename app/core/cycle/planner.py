@@ -64,6 +64,7 @@ from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit
 from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
+from app.core.state.diff import changed_pods
 from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
@@ -94,6 +95,19 @@ class _Published(NamedTuple):
     reasons: dict[str, str]
     hints: dict[str, Category]
     head: Reservation | None
+
+
+def _same_gangs(old: Snapshot, new: Snapshot) -> bool:
+    """Whether ``gangs_of`` gives the same gangs on ``new`` as on ``old``: no pod that is a
+    gang member in either changed (its object, whether it holds a node, or its gang), so
+    every gang has the very same members, bound as before (``changed_pods``)."""
+    if old is new:
+        return True
+    changed = changed_pods(old, new)
+    if changed is None:
+        return False
+    before, after = old.gang_members, new.gang_members
+    return not any(uid in before or uid in after for uid in changed)
 
 
 @dataclass
@@ -365,8 +379,10 @@ class Planner:
     ) -> Outlook:
         session = Session(self._cache, published.plans)
         last = self._looking.last
-        if last is not None and last[0] is session.snapshot:
-            gangs = last[1]  # an unchanged cache: the same gangs (an Outlook only reads them)
+        if last is not None and _same_gangs(last[0], session.snapshot):
+            # No gang member changed: the same gangs (an Outlook only reads them).
+            gangs = last[1]
+            self._looking.last = (session.snapshot, gangs)
         else:
             gangs = gangs_of(session.snapshot, gang_memo)
             self._looking.last = (session.snapshot, gangs)

@@ -24,7 +24,7 @@ import operator
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -643,6 +643,8 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     owner, holds, _ = o.session.holds
     head = o.gangs.get(owner) if holds else None
     freed_views = FreedViews(view, order)
+    # Where the last plays found each count (a guess that is tried first; see ``earliest``).
+    hints: dict[Hashable, int] = o.kept.lasting(("line hints",), dict)
 
     def chain() -> tuple[float, float, list[Occupant]]:
         """The occupants, and when they were found and until when they stay right: the play
@@ -653,7 +655,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
         for gang in [*([head] if head is not None else []), *ahead]:
             core = gang.pending[: max(gang.min_member - len(gang.bound), 0)]
             found = earliest(view, order, core, occupants, now=o.now, strategy=o.strategy,
-                             freed_views=freed_views)  # fmt: skip
+                             freed_views=freed_views, hints=hints)  # fmt: skip
             if found is None:
                 continue
             start, allocation = found
@@ -677,7 +679,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
 
     def start() -> float | None:
         found = earliest(view, order, job.core, occupants, now=o.now, strategy=o.strategy,
-                         freed_views=freed_views)  # fmt: skip
+                         freed_views=freed_views, hints=hints)  # fmt: skip
         return None if found is None else found[0]
 
     # Alike jobs behind the same line start alike (a start before ``now`` means ``now``).

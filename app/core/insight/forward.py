@@ -10,12 +10,13 @@ fit is found by bisection (a vectorized bound rules most counts out without an a
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.core.actions.allocate import Allocation, FitBound, allocate
+from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate
 from app.core.actions.backfill import Ending
 from app.core.gpu.ask import GpuAsk, take
 from app.core.gpu.ledger import device_count
@@ -39,7 +40,11 @@ def occupied(view: NodeView, occupants: Sequence[Occupant]) -> NodeView:
     return _placed(view, _load(view, occupants))
 
 
-def _load(view: NodeView, occupants: Sequence[Occupant]) -> tuple[np.ndarray, np.ndarray] | None:
+#: What occupants add to a view (see ``_load``).
+_Load = tuple[np.ndarray, np.ndarray] | None
+
+
+def _load(view: NodeView, occupants: Sequence[Occupant]) -> _Load:
     """What ``occupants`` add to ``view``'s used rows and take from its devices' free milli
     (negative), found once for many views of the same nodes (None: no occupants)."""
     if not occupants:
@@ -59,7 +64,7 @@ def _load(view: NodeView, occupants: Sequence[Occupant]) -> tuple[np.ndarray, np
     return used, gpu_free
 
 
-def _placed(view: NodeView, load: tuple[np.ndarray, np.ndarray] | None) -> NodeView:
+def _placed(view: NodeView, load: _Load) -> NodeView:
     """``view`` with ``load`` (``_load``) placed."""
     if load is None:
         return view
@@ -75,6 +80,8 @@ class FreedViews:
         self.view = view
         self.order = order
         self._found: dict[int, NodeView] = {}
+        self._placed: dict[tuple[object, ...], tuple[tuple[Occupant, ...], NodeView]] = {}
+        self._loads: dict[tuple[int, ...], tuple[tuple[Occupant, ...], _Load]] = {}
 
     def __call__(self, k: int) -> NodeView:
         """``order.releases.freed(view, k)``."""
@@ -82,6 +89,22 @@ class FreedViews:
         if found is None:
             found = self._found[k] = self.order.releases.freed(self.view, k)
         return found
+
+    def placed(self, k: int, occupants: tuple[Occupant, ...]) -> NodeView:
+        """``occupied(self(k), occupants)``, found once per count and occupants (gangs of a
+        line played forward probe the same counts with the same occupants)."""
+        key = (k, tuple(map(id, occupants)))
+        hit = self._placed.get(key)
+        if hit is None or not all(map(operator.is_, hit[0], occupants)):
+            hit = self._placed[key] = (occupants, _placed(self(k), self._load(occupants)))
+        return hit[1]
+
+    def _load(self, occupants: tuple[Occupant, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        key = tuple(map(id, occupants))
+        hit = self._loads.get(key)
+        if hit is None or not all(map(operator.is_, hit[0], occupants)):
+            hit = self._loads[key] = (occupants, _load(self.view, occupants))
+        return hit[1]
 
 
 def earliest(
@@ -93,11 +116,32 @@ def earliest(
     now: float,
     strategy: str,
     freed_views: FreedViews | None = None,
+    hints: dict[Hashable, int] | None = None,
 ) -> tuple[float, Allocation] | None:
     """When ``members`` first fit together, and where (None: never, as far as is known).
-    ``freed_views``: freed views of ``view`` and ``order`` found by earlier calls."""
+    ``freed_views``: freed views of ``view`` and ``order`` found by earlier calls;
+    ``hints``: where earlier calls found their counts (kept by the caller from one call to
+    the next, any contents: a count is only tried first, the answer is the same)."""
     if freed_views is None or freed_views.view is not view or freed_views.order is not order:
         freed_views = FreedViews(view, order)
+    alike = AlikeFit.of(view, members, strategy)
+    if alike is not None:
+        return _earliest_alike(view, order, members, occupants, alike, now=now,
+                               strategy=strategy, freed_views=freed_views,
+                               hints=hints)  # fmt: skip
+    return _earliest_any(members, occupants, now, strategy, freed_views)
+
+
+def _earliest_any(
+    members: Sequence[Pod],
+    occupants: Sequence[Occupant],
+    now: float,
+    strategy: str,
+    freed_views: FreedViews,
+) -> tuple[float, Allocation] | None:
+    """``earliest`` for any members (on ``freed_views``' view and order): the quick bound
+    rules counts out, allocations decide."""
+    view, order = freed_views.view, freed_views.order
     bound = FitBound(view, members)
     ends = order.ends
     cuts = sorted({t for o in occupants for t in (o.since, o.until) if t > now})
@@ -141,6 +185,70 @@ def earliest(
         assert found is not None
         return (start if lo == low else max(start, ends[lo - 1])), found
     return None
+
+
+def _earliest_alike(
+    view: NodeView,
+    order: Ending,
+    members: Sequence[Pod],
+    occupants: Sequence[Occupant],
+    alike: AlikeFit,
+    *,
+    now: float,
+    strategy: str,
+    freed_views: FreedViews,
+    hints: dict[Hashable, int] | None,
+) -> tuple[float, Allocation] | None:
+    """``earliest`` for members ``allocate`` places alike (``AlikeFit``): the same answer,
+    with one allocation. Inside a piece of the timeline room only grows with the release
+    count, so whether they all fit turns true once and stays so (``AlikeFit``); the first
+    count where it holds, found with the exact test instead of the quick bound and then
+    allocations, is the count ``earliest`` finds, wherever the search starts (``hints``)."""
+    ends = order.ends
+    cuts = sorted({t for o in occupants for t in (o.since, o.until) if t > now})
+    starts = [now, *cuts]
+    shape = (members[0].requests, GpuAsk.of(members[0]), len(members), len(occupants))
+    for i, start in enumerate(starts):
+        stop = starts[i + 1] if i + 1 < len(starts) else None
+        active = tuple(o for o in occupants if o.since <= start < o.until)
+        low = bisect.bisect_right(ends, start)
+        high = len(ends) if stop is None else max(bisect.bisect_left(ends, stop), low)
+
+        def fits(k: int) -> bool:
+            return alike.fits(freed_views.placed(k, active))  # noqa: B023
+
+        if not fits(high):
+            continue
+        lo = _first_near(fits, low, high, None if hints is None else hints.get((shape, i)))
+        if hints is not None:
+            if len(hints) > HINTS:
+                hints.clear()
+            hints[(shape, i)] = lo
+        found = allocate(freed_views.placed(lo, active), members, strategy=strategy)
+        assert found.complete
+        return (start if lo == low else max(start, ends[lo - 1])), found
+    return None
+
+
+#: How many counts ``earliest``'s ``hints`` keep at most.
+HINTS = 4096
+
+
+def _first_near(holds: Callable[[int], bool], low: int, high: int, guess: int | None) -> int:
+    """``_first(holds, low, high)``, for ``holds`` false up to some count and true from there
+    on, searched from ``guess`` outwards (1, 2, 4... counts away) when it is in the range:
+    where a like search found its count before, so often one or two probes."""
+    if guess is None or not low <= guess < high:
+        return _first(holds, low, high)
+    if not holds(guess):
+        return _first(holds, guess + 1, high)
+    top, step = guess, 1  # holds(top)
+    while top > low:
+        k = max(top - step, low)
+        if not holds(k):
+            return bisect.bisect_left(range(top), True, lo=k + 1, key=holds)
+        top, step = k, step * 2
+    return low
 
 
 def _first(holds: Callable[[int], bool], low: int, high: int) -> int:

@@ -214,17 +214,34 @@ class Releases:
         end = int(self.device_end[k])
         if end:
             gpu_free = gpu_free.copy()
-            where = (self.device_rows[:end], self.device_ids[:end])
-            width = gpu_free.shape[1]
-            flat = self.device_rows[:end] * width + self.device_ids[:end]
-            gpu_free += (
-                _row_sums(flat, self.device_milli[:end, None], gpu_free.size)
-                .reshape(gpu_free.shape)
-                .astype(gpu_free.dtype)
-            )
-            if (gpu_free[where] > MILLI).any():
-                raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
+            self._give(gpu_free, self.device_rows[:end], end)
         return replace(view, used=used, gpu_free=gpu_free)
+
+    def _give(self, gpu_free: np.ndarray, rows: np.ndarray, end: int) -> None:
+        """Add the first ``end`` device entries' milli to ``gpu_free`` (in place), whose rows
+        for them are ``rows``; no device may end up with more than a whole GPU free."""
+        where = (rows, self.device_ids[:end])
+        flat = rows * gpu_free.shape[1] + self.device_ids[:end]
+        gpu_free += (
+            _row_sums(flat, self.device_milli[:end, None], gpu_free.size)
+            .reshape(gpu_free.shape)
+            .astype(gpu_free.dtype)
+        )
+        if (gpu_free[where] > MILLI).any():
+            raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
+
+    def freed_rows(self, view: NodeView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``freed(view)`` on the rows these pods are on alone: those rows (ascending), and
+        those rows of its ``used`` and ``gpu_free`` (the same sums, so the same values)."""
+        rows = np.unique(self.rows)
+        used = view.used[rows]
+        if len(self.rows):
+            used -= _row_sums(np.searchsorted(rows, self.rows), self.requests, len(rows))
+        gpu_free = view.gpu_free[rows]
+        end = int(self.device_end[-1])
+        if end:
+            self._give(gpu_free, np.searchsorted(rows, self.device_rows[:end]), end)
+        return rows, used, gpu_free
 
 
 #: ``_row_sums`` adds values in two parts of at most this many bits each.
