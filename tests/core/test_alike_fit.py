@@ -1,9 +1,10 @@
-"""``AlikeFit`` (whether ``allocate`` places every alike member, without placing them) says
-exactly what ``allocate(...).complete`` says, on random clusters with random usage (over-full
-nodes, part-used GPUs, node selectors, CPU-only members); its per-row terms add up to its
-total; ``Releases.freed_rows`` gives ``freed``'s rows; and ``earliest`` for alike members
-(one allocation, the exact test, any hints) finds what the search by the quick bound and
-allocations finds, on random timelines with gangs ahead of it."""
+"""``AlikeFit`` (whether ``allocate`` places every alike member, without placing them), and
+``fits_all`` for any members, say exactly what ``allocate(...).complete`` says, on random
+clusters with random usage (over-full nodes, part-used GPUs, node selectors, CPU-only
+members); its per-row terms add up to its total; ``Releases.freed_rows`` and ``RowTerms``
+give ``freed``'s rows; and ``earliest`` for alike members (one allocation, the exact test,
+any hints) finds what the search by the quick bound and allocations finds, on random
+timelines with gangs ahead of it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.core.actions.allocate import AlikeFit, allocate
+from app.core.actions.allocate import AlikeFit, allocate, fits_all
 from app.core.actions.backfill import ending
 from app.core.gpu.ask import GpuAsk
 from app.core.insight.forward import FreedViews, Occupant, _earliest_any, earliest
@@ -84,6 +85,9 @@ def test_alike_fit_says_what_allocate_says(seed: int) -> None:
         members = _members(rng, f"g{trial}")
         for strategy in ("binpack", "spread"):
             fit = AlikeFit.of(view, members, strategy)
+            for other in _views(rng, view, 2):
+                want = allocate(other, members, strategy=strategy).complete
+                assert fits_all(other, members, strategy) == want
             alike = len({(p.requests, p.node_selector.get("pool")) for p in members}) == 1
             shared = GpuAsk.of(members[0]).shared  # a GPU share: placed member by member
             if strategy == "spread" or not alike or shared:
@@ -116,7 +120,7 @@ def test_alike_fit_refuses_a_view_of_another_node_table() -> None:
 def test_freed_rows_are_the_rows_freed_changes(seed: int) -> None:
     rng = random.Random(seed)
     snapshot = _cluster(rng).snapshot()
-    pods = [p for p in snapshot.pods.values() if rng.random() < 0.5]
+    pods = [p for p in snapshot.pods.values() if rng.random() < rng.choice([0.0, 0.5])]
     found = releases(snapshot, pods)
     whole = found.freed(snapshot.view)
     rows, used, gpu_free = found.freed_rows(snapshot.view)
@@ -125,6 +129,14 @@ def test_freed_rows_are_the_rows_freed_changes(seed: int) -> None:
     others = np.setdiff1d(np.arange(len(snapshot.view.nodes)), rows)
     assert (whole.used[others] == snapshot.view.used[others]).all()
     assert (whole.gpu_free[others] == snapshot.view.gpu_free[others]).all()
+    # Per-pod terms give those rows for any subset of the pods.
+    terms = found.row_terms(snapshot.view)
+    assert terms.rows.tolist() == rows.tolist()
+    for _ in range(5):
+        keep = np.asarray([rng.random() < 0.5 for _ in range(len(found))], dtype=bool)
+        some = found.only(keep).freed(snapshot.view)
+        used, gpu_free = terms.freed(keep)
+        assert (used == some.used[rows]).all() and (gpu_free == some.gpu_free[rows]).all()
 
 
 @pytest.mark.parametrize("seed", range(40))

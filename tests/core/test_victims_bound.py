@@ -1,4 +1,5 @@
-"""``cheapest_set`` rules sets out with the quick fit bound before it allocates: on random
+"""``cheapest_set`` rules sets out with the quick fit bound before it allocates (and tells
+alike members' fit without allocating, from the rows the candidates are on): on random
 clusters (GPU and CPU-bound gangs, node selectors, whole and shared GPUs) it chooses exactly
 what the same search choosing by allocations alone chooses."""
 
@@ -10,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.core.actions import victims
 from app.core.actions.allocate import Allocation, allocate
 from app.core.actions.victims import Unit, _Freer, cheapest_set, running_units
 from app.core.cycle.planner import gangs_of
@@ -64,8 +66,13 @@ def _gang(rng: random.Random, name: str, nodes: list[str], running: bool) -> lis
     return out
 
 
+@pytest.mark.parametrize("terms", [True, False], ids=["per-pod terms", "rows per set"])
 @pytest.mark.parametrize("seed", range(40))
-def test_cheapest_set_with_the_bound_matches_allocations_alone(seed: int) -> None:
+def test_cheapest_set_with_the_bound_matches_allocations_alone(
+    seed: int, terms: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not terms:  # as for a planner's many candidates: each set's rows summed apart
+        monkeypatch.setattr(victims, "TERMS", 0)
     rng = random.Random(seed)
     cache = ClusterCache()
     names = [f"n{i}" for i in range(rng.randint(2, 6))]

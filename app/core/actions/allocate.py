@@ -357,6 +357,15 @@ class AlikeFit:
         return int(_room(free, idle, self._need, self._ask, at, self._limit).sum())
 
 
+def fits_all(view: NodeView, members: Sequence[Pod], strategy: str) -> bool:
+    """``allocate(view, members, strategy=strategy).complete``, told without placing the
+    members when they are alike (``AlikeFit``)."""
+    fit = AlikeFit.of(view, members, strategy)
+    if fit is not None:
+        return fit.fits(view)
+    return allocate(view, members, strategy=strategy).complete
+
+
 def devices_in_turn(
     view: NodeView, row: int, ask: GpuAsk, count: int
 ) -> tuple[tuple[int, ...], ...]:

@@ -16,7 +16,7 @@ from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
-from app.core.state.cache import NodeView, Releases, Snapshot, releases, without
+from app.core.state.cache import NodeView, Snapshot, releases, without
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +185,16 @@ def cheapest_set(
     def attempt(units: Sequence[Unit]) -> Allocation:
         return allocate(gone.freed(units), members, strategy=strategy)
 
-    # What the whole view takes; a set of victims changes the rows its pods are on alone.
-    base = alike.room(snapshot.view) if alike is not None else 0
+    # What the view takes but on the rows the candidates are on, which each set of victims
+    # changes alone (``AlikeFit``'s count is a sum over rows).
+    rest = 0
+    if alike is not None:
+        rows, view = gone.rows, snapshot.view
+        rest = alike.room(view) - alike.room_of(rows, view.used[rows], view.gpu_free[rows])
 
     def fits(units: Sequence[Unit]) -> bool:
         if alike is not None:
-            rows, used, gpu_free = gone.rows_freed(units)
-            view = snapshot.view
-            before = alike.room_of(rows, view.used[rows], view.gpu_free[rows])
-            return base - before + alike.room_of(rows, used, gpu_free) >= alike.limit
+            return rest + alike.room_of(gone.rows, *gone.rows_freed(units)) >= alike.limit
         assert bound is not None
         view = gone.freed(units)
         return bound.possible(view) and allocate(view, members, strategy=strategy).complete
@@ -237,16 +238,34 @@ class _Freer:
             for unit in candidates
         }
 
+        #: The rows the candidates' pods are on (ascending): ``freed`` differs there alone.
+        self.rows = np.unique(self._releases.rows)
+        # Per pod, what it frees there, when that is small enough to hold (a few nodes'
+        # worth of candidates, as a fix's focus gives; not a planner's whole cluster).
+        small = len(self._releases) * len(self.rows) <= TERMS
+        self._terms = self._releases.row_terms(self._view) if small else None
+
     def freed(self, units: Sequence[Unit]) -> NodeView:
         """``snapshot.view`` with every pod of ``units`` (some of the candidates) gone."""
-        return self._only(units).freed(self._view)
+        return self._releases.only(self._keep(units)).freed(self._view)
 
-    def rows_freed(self, units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``freed(units)`` where it differs from ``snapshot.view``: the rows the pods of
-        ``units`` are on (ascending), and those rows of its ``used`` and ``gpu_free``."""
-        return self._only(units).freed_rows(self._view)
+    def rows_freed(self, units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
+        """``freed(units)``'s ``used`` and ``gpu_free`` on ``rows`` (elsewhere it is the
+        snapshot's view)."""
+        keep = self._keep(units)
+        if self._terms is not None:
+            return self._terms.freed(keep)
+        rows, used, gpu_free = self._releases.only(keep).freed_rows(self._view)
+        out = self._view.used[self.rows], self._view.gpu_free[self.rows]
+        at = np.searchsorted(self.rows, rows)
+        out[0][at], out[1][at] = used, gpu_free
+        return out
 
-    def _only(self, units: Sequence[Unit]) -> Releases:
+    def _keep(self, units: Sequence[Unit]) -> np.ndarray:
         keep = np.zeros(len(self._releases), dtype=bool)
         keep[[row for unit in units for row in self._rows[id(unit)]]] = True
-        return self._releases.only(keep)
+        return keep
+
+
+#: Candidates' pods times their rows up to which ``_Freer`` holds each pod's terms.
+TERMS = 1 << 14

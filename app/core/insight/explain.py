@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from app.core.actions.allocate import allocate
+from app.core.actions.allocate import allocate, fits_all
 from app.core.actions.allocate_in_domain import TopologyAllocation, allocate_topology
 from app.core.actions.backfill import Ending, EndingMemo, ending, may_backfill, reserve_for
 from app.core.actions.victims import (
@@ -501,8 +501,9 @@ def _lines(o: Outlook) -> dict[str, list[str]]:
             queue: [k for _, k in sorted(line, key=lambda e: e[0])] for queue, line in lines.items()
         }
 
-    key = ("lines", id(o.config), id(o.order), frozenset(o.plans))
-    return o.kept.get(o.session.snapshot, key, make)
+    # They read the gangs (the same dict while no member changed, see ``Planner.look``), the
+    # plans' keys, the queue config and the order: kept while those are the same.
+    return o.kept.across(("lines", frozenset(o.plans)), make, scope=[o.gangs, o.config, o.order])
 
 
 def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -973,7 +974,7 @@ def _shape_fixes(o: Outlook, view: NodeView, job: Job) -> list[Fix]:
             )
             for i in range(count)
         ]
-        if allocate(view, asks, strategy=o.strategy).complete:
+        if fits_all(view, asks, o.strategy):
             now, was = f"{count} × {per // MILLI} GPU", f"{len(core)} × {each // MILLI}"
             return [
                 Fix(f"ask for {now} instead of {was}", f"{now} fits now where {was} does not", 2)

@@ -243,6 +243,55 @@ class Releases:
             self._give(gpu_free, np.searchsorted(rows, self.device_rows[:end]), end)
         return rows, used, gpu_free
 
+    def row_terms(self, view: NodeView) -> RowTerms:
+        """What each of these pods frees on the rows they are on (see ``RowTerms``)."""
+        count, rows = len(self.rows), np.unique(self.rows)
+        width, devices = self.requests.shape[1], view.gpu_free.shape[1]
+        requests = np.zeros((count, len(rows), width), np.int64)
+        requests[np.arange(count), np.searchsorted(rows, self.rows)] = self.requests
+        milli = np.zeros((count, len(rows), devices), np.int64)
+        cells = np.zeros_like(milli)
+        end = int(self.device_end[-1])
+        if end:
+            where = (
+                np.repeat(np.arange(count), np.diff(self.device_end)),
+                np.searchsorted(rows, self.device_rows[:end]),
+                self.device_ids[:end],
+            )
+            np.add.at(milli, where, self.device_milli[:end])
+            np.add.at(cells, where, 1)
+        flat = (count, len(rows) * width), (count, len(rows) * devices)
+        return RowTerms(rows, view.used[rows], view.gpu_free[rows], requests.reshape(flat[0]),
+                        milli.reshape(flat[1]), cells.reshape(flat[1]))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RowTerms:
+    """What each pod of a ``Releases`` frees on the rows they are on (``rows``, ascending),
+    so that those rows of ``Releases.freed`` for any subset of the pods come from one sum
+    each (``freed``): ``used`` and ``gpu_free`` are those rows of the view; per pod, its
+    requests, the milli it gives back per device and its device entries, on those rows
+    (flattened)."""
+
+    rows: np.ndarray
+    used: np.ndarray
+    gpu_free: np.ndarray
+    requests: np.ndarray
+    milli: np.ndarray
+    cells: np.ndarray
+
+    def freed(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``Releases.only(keep).freed(view)``'s ``used`` and ``gpu_free`` on ``rows`` (the
+        same sums, so the same values; the same check that no device ends up over-free)."""
+        k = keep.astype(np.int64)
+        used = self.used - (k @ self.requests).reshape(self.used.shape)
+        given = (k @ self.milli).reshape(self.gpu_free.shape)
+        gpu_free = self.gpu_free + given.astype(self.gpu_free.dtype)
+        touched = (k @ self.cells).reshape(gpu_free.shape) > 0
+        if (gpu_free[touched] > MILLI).any():
+            raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
+        return used, gpu_free
+
 
 #: ``_row_sums`` adds values in two parts of at most this many bits each.
 _LOW_BITS = 26
