@@ -157,19 +157,30 @@ def _ending(snapshot: Snapshot, now: float, default_runtime: float, within: np.n
             entry = kept[uid] = (pod, started, node, held, end, row, shape)
         found.append(entry)
     found.sort(key=itemgetter(4))
-    out = Ending([e[4] for e in found], _releases(found, memo), timeless)
+    n = len(found)
+    rows = np.fromiter(map(itemgetter(5), found), np.intp, n)
+    shapes = np.fromiter(map(itemgetter(6), found), np.intp, n)
+    out = Ending([e[4] for e in found], _releases(rows, shapes, memo), timeless)
     if within is None:
-        memo.last = _Last(snapshot, planned_start_now, out, found, {e[0].uid for e in found})
+        uids = {e[0].uid for e in found}
+        memo.last = _Last(snapshot, planned_start_now, out, found, uids, rows, shapes)
     return out
 
 
-def _same_order(old: Snapshot, new: Snapshot) -> bool:
+def _same_order(old: Snapshot, new: Snapshot, changed: frozenset[str]) -> bool:
     """Whether the pods in both snapshots are in the same order in both (pods that came
-    since are after them all; one that went and came back is not where it was)."""
+    since are after them all; one that went and came back is not where it was), where
+    ``changed`` holds every pod that came or went (``changed_pods``; one missing there
+    only makes the answer False)."""
     before, after = list(old.pods), list(new.pods)
     if before == after:
         return True
-    return [u for u in before if u in new.pods] == [u for u in after if u in old.pods]
+    for uid in changed:  # the pods in both, in each one's order
+        if uid not in new.pods and uid in old.pods:
+            before.remove(uid)
+        elif uid not in old.pods and uid in new.pods:
+            after.remove(uid)
+    return before == after
 
 
 @dataclass(slots=True)
@@ -182,6 +193,9 @@ class _Last:
     ending: Ending
     found: list[EndingEntry]
     uids: set[str]
+    #: Per entry of ``found``: its row and release shape (what ``_releases`` reads).
+    rows: np.ndarray
+    shapes: np.ndarray
 
 
 #: Changed pods beyond this many: ``ending`` reads every pod again.
@@ -214,18 +228,20 @@ def _updated(last: _Last, new: Snapshot, now: float, memo: EndingMemo) -> Ending
             gone.append(before)
         if after is not None:
             came.append(after)
-    if not _same_order(old, new):
+    if not _same_order(old, new, changed):
         return None  # a pod went and came back: it is now after every other
     if not gone and not came:
         last.snapshot = new
         return last.ending
     found, ends = list(last.found), list(last.ending.ends)
+    rows, shapes = last.rows, last.shapes
     for entry in gone:
         uid, end = entry[0].uid, entry[4]
         i = bisect.bisect_left(ends, end)
         while found[i][0].uid != uid:
             i += 1
         del found[i], ends[i]
+        rows, shapes = np.delete(rows, i), np.delete(shapes, i)
     # Pods new to the cache come after every other, in the order they came.
     appended = {e[0].uid: e for e in came if e[0].uid not in old.pods}
     came = [e for e in came if e[0].uid in old.pods]
@@ -240,9 +256,10 @@ def _updated(last: _Last, new: Snapshot, now: float, memo: EndingMemo) -> Ending
             return None  # ties are in the pods' order, and this pod sits among the others
         found.insert(j, entry)
         ends.insert(j, end)
+        rows, shapes = np.insert(rows, j, entry[5]), np.insert(shapes, j, entry[6])
     uids = (last.uids - {e[0].uid for e in gone}) | {e[0].uid for e in came}
-    out = Ending(ends, _releases(found, memo), True)
-    memo.last = _Last(new, last.planned, out, found, uids)
+    out = Ending(ends, _releases(rows, shapes, memo), True)
+    memo.last = _Last(new, last.planned, out, found, uids, rows, shapes)
     return out
 
 
@@ -280,12 +297,11 @@ def _entry(
     return entry, stamped
 
 
-def _releases(found: Sequence[EndingEntry], memo: EndingMemo) -> Releases:
-    """``Releases`` of ``ending``'s entries, in their order."""
-    n = len(found)
+def _releases(rows: np.ndarray, shapes: np.ndarray, memo: EndingMemo) -> Releases:
+    """``Releases`` of ``ending``'s entries, in their order, from each one's row and release
+    shape."""
+    n = len(rows)
     requests, counts, devices, milli = memo.shape_tables()
-    rows = np.fromiter(map(itemgetter(5), found), np.intp, n)
-    shapes = np.fromiter(map(itemgetter(6), found), np.intp, n)
     held = counts[shapes] if n else np.zeros(0, np.intp)
     device_end = np.zeros(n + 1, dtype=np.intp)
     np.cumsum(held, out=device_end[1:])

@@ -46,7 +46,9 @@ _Load = tuple[np.ndarray, np.ndarray] | None
 
 def _load(view: NodeView, occupants: Sequence[Occupant]) -> _Load:
     """What ``occupants`` add to ``view``'s used rows and take from its devices' free milli
-    (negative), found once for many views of the same nodes (None: no occupants)."""
+    (negative), found once for many views of the same nodes (None: no occupants). Each pod
+    adds its requests and takes its devices' milli whatever the others did (``take`` as
+    reported), so the load of several occupants is the sum of each one's."""
     if not occupants:
         return None
     used, gpu_free = np.zeros_like(view.used), np.zeros_like(view.gpu_free)
@@ -81,7 +83,7 @@ class FreedViews:
         self.order = order
         self._found: dict[int, NodeView] = {}
         self._placed: dict[tuple[object, ...], tuple[tuple[Occupant, ...], NodeView]] = {}
-        self._loads: dict[tuple[int, ...], tuple[tuple[Occupant, ...], _Load]] = {}
+        self._loads: dict[int, tuple[Occupant, _Load]] = {}
 
     def __call__(self, k: int) -> NodeView:
         """``order.releases.freed(view, k)``."""
@@ -99,12 +101,25 @@ class FreedViews:
             hit = self._placed[key] = (occupants, _placed(self(k), self._load(occupants)))
         return hit[1]
 
-    def _load(self, occupants: tuple[Occupant, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-        key = tuple(map(id, occupants))
-        hit = self._loads.get(key)
-        if hit is None or not all(map(operator.is_, hit[0], occupants)):
-            hit = self._loads[key] = (occupants, _load(self.view, occupants))
-        return hit[1]
+    def _load(self, occupants: tuple[Occupant, ...]) -> _Load:
+        """``_load(view, occupants)``: the sum of each occupant's own (what they add and
+        take adds up, see ``_load``), each found once."""
+        if not occupants:
+            return None
+        parts = []
+        for occupant in occupants:
+            hit = self._loads.get(id(occupant))
+            if hit is None or hit[0] is not occupant:
+                hit = self._loads[id(occupant)] = (occupant, _load(self.view, [occupant]))
+            assert hit[1] is not None
+            parts.append(hit[1])
+        if len(parts) == 1:
+            return parts[0]
+        used, gpu_free = parts[0][0].copy(), parts[0][1].copy()
+        for part in parts[1:]:
+            used += part[0]
+            gpu_free += part[1]
+        return used, gpu_free
 
 
 def earliest(
@@ -214,12 +229,23 @@ def _earliest_alike(
         low = bisect.bisect_right(ends, start)
         high = len(ends) if stop is None else max(bisect.bisect_left(ends, stop), low)
 
-        def fits(k: int) -> bool:
-            return alike.fits(freed_views.placed(k, active))  # noqa: B023
+        tried: dict[int, bool] = {}
 
-        if not fits(high):
+        def fits(k: int) -> bool:
+            found = tried.get(k)  # noqa: B023
+            if found is None:
+                found = tried[k] = alike.fits(freed_views.placed(k, active))  # noqa: B023
+            return found
+
+        guess = None if hints is None else hints.get((shape, i))
+        if guess is None or not low <= guess < high:
+            guess = None
+        if guess is not None and fits(guess):  # so they fit at ``high`` too
+            lo = _first_near(fits, low, high, guess)
+        elif fits(high):
+            lo = _first(fits, low if guess is None else guess + 1, high)
+        else:
             continue
-        lo = _first_near(fits, low, high, None if hints is None else hints.get((shape, i)))
         if hints is not None:
             if len(hints) > HINTS:
                 hints.clear()
