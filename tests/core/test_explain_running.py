@@ -9,6 +9,7 @@ that differ; the units brought up to date equal ``running_units`` found from scr
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -167,6 +168,9 @@ def test_units_brought_up_to_date_equal_units_found_from_scratch(
         # ``_units_since``): compared in the order every search puts them in.
         ordered = sorted(found.units, key=_order), sorted(scratch, key=_order)
         assert all(same_unit(a, b) for a, b in zip(*ordered, strict=True)), step
+        # The units per priority brought up to date alike (what the priority fix reads).
+        counted = {p: n for p, n in found.priorities.items() if n}
+        assert counted == Counter(u.priority for u in scratch), step
         # The units hold the pods of the snapshot asked about, never older objects.
         pods = outlook.session.snapshot.pods
         assert all(p is pods[p.uid] for u in found.units for p in u.pods), step
@@ -332,7 +336,7 @@ def test_the_view_without_lower_units_kept_equals_one_freed_from_scratch(seed: i
         found = explain._units(outlook)
         snapshot = replace(outlook.session.snapshot, view=outlook.session.backfill_view())
         lower = [u for u in found.units if u.priority < 1]
-        view = explain._freed_below(outlook, snapshot, found, lower, 1)
+        view = explain._freed_below(outlook, snapshot, found, 1)
         scratch = freed(snapshot, lower)
         assert np.array_equal(view.used, scratch.used), step
         assert np.array_equal(view.gpu_free, scratch.gpu_free), step

@@ -334,6 +334,27 @@ class AlikeFit:
         mine = self._eligible[rows]
         return self._sum(self._table.allocatable[rows[mine]], used[mine], gpu_free[mine], None)
 
+    def rooms_of(self, rows: np.ndarray, used: np.ndarray, gpu_free: np.ndarray) -> np.ndarray:
+        """``room_of(rows, used[i], gpu_free[i])`` for each ``i`` (the same arithmetic, row by
+        row, for many views at once)."""
+        mine = self._eligible[rows]
+        allocatable, used, gpu_free = (
+            self._table.allocatable[rows[mine]],
+            used[:, mine],
+            gpu_free[:, mine],
+        )
+        free = allocatable - used
+        ok = (free >= self._need).all(axis=2)
+        room = np.full(ok.shape, self._limit, dtype=np.int64)
+        for column in np.flatnonzero(self._need > 0).tolist():
+            room = np.minimum(room, free[:, :, column] // self._need[column])
+        if self._ask.count:
+            idle = (gpu_free == MILLI).sum(axis=2)
+            ok &= idle >= self._ask.count
+            room = np.minimum(room, idle // self._ask.count)
+        totals: np.ndarray = np.where(ok, room, 0).sum(axis=1)
+        return totals
+
     def fits(self, view: NodeView) -> bool:
         """``allocate(view, members, strategy=...).complete``."""
         return self.room(view) >= self._limit

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate
+from app.core.gpu.ask import GpuOvercommit
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
@@ -209,11 +210,48 @@ def cheapest_set(
         else:
             low = mid + 1
     chosen = list(candidates[:low])
-    for unit in reversed(candidates[:low]):  # most expensive first
-        trial = [u for u in chosen if u is not unit]
-        if trial and fits(trial):
-            chosen = trial
+    if alike is not None and gone.terms is not None:
+        chosen = _drop_many(chosen, gone, alike, rest)
+    else:
+        for unit in reversed(candidates[:low]):  # most expensive first
+            trial = [u for u in chosen if u is not unit]
+            if trial and fits(trial):
+                chosen = trial
     return chosen, attempt(chosen)
+
+
+def _drop_many(chosen: list[Unit], gone: _Freer, alike: AlikeFit, rest: int) -> list[Unit]:
+    """``cheapest_set``'s last pass for alike members on per-pod terms: each unit of
+    ``chosen``, most expensive first, dropped when the others still make room. The next few
+    sets to try (each without one unit) are judged at once, more at a time while none makes
+    room; up to the first that makes room they are what the pass one by one tries, so it
+    goes on from there."""
+    order = list(reversed(chosen))
+    masks = gone.masks(order)  # per unit in ``order``: its pods
+    left = np.ones(len(order), dtype=bool)  # the units of ``order`` still chosen
+    held = masks.sum(axis=0)  # per pod: how many chosen units hold it
+    i, step = 0, 1
+    while i < len(order):
+        at = np.arange(i, min(i + step, len(order)))
+        keeps = (held[None, :] - masks[at]) > 0
+        used, gpu_free, over = gone.terms_freed(keeps)
+        room = rest + alike.rooms_of(gone.rows, used, gpu_free)
+        dropped = None
+        for j, k in enumerate(at.tolist()):
+            if int(left.sum()) == 1:  # the last unit: no set without it is tried
+                continue
+            if over[j]:
+                raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
+            if room[j] >= alike.limit:
+                dropped = k
+                break
+        if dropped is None:
+            i, step = int(at[-1]) + 1, step * 2
+            continue
+        left[dropped] = False
+        held = held - masks[dropped]
+        i, step = dropped + 1, 1
+    return [u for u, kept in zip(order, left.tolist(), strict=True) if kept][::-1]
 
 
 class _Freer:
@@ -243,7 +281,7 @@ class _Freer:
         # Per pod, what it frees there, when that is small enough to hold (a few nodes'
         # worth of candidates, as a fix's focus gives; not a planner's whole cluster).
         small = len(self._releases) * len(self.rows) <= TERMS
-        self._terms = self._releases.row_terms(self._view) if small else None
+        self.terms = self._releases.row_terms(self._view) if small else None
 
     def freed(self, units: Sequence[Unit]) -> NodeView:
         """``snapshot.view`` with every pod of ``units`` (some of the candidates) gone."""
@@ -253,13 +291,27 @@ class _Freer:
         """``freed(units)``'s ``used`` and ``gpu_free`` on ``rows`` (elsewhere it is the
         snapshot's view)."""
         keep = self._keep(units)
-        if self._terms is not None:
-            return self._terms.freed(keep)
+        if self.terms is not None:
+            return self.terms.freed(keep)
         rows, used, gpu_free = self._releases.only(keep).freed_rows(self._view)
         out = self._view.used[self.rows], self._view.gpu_free[self.rows]
         at = np.searchsorted(self.rows, rows)
         out[0][at], out[1][at] = used, gpu_free
         return out
+
+    def masks(self, units: Sequence[Unit]) -> np.ndarray:
+        """Per unit of ``units`` (candidates), which of the candidates' pods it holds."""
+        out = np.zeros((len(units), len(self._releases)), dtype=np.int64)
+        for i, unit in enumerate(units):
+            out[i, self._rows[id(unit)]] = 1
+        return out
+
+    def terms_freed(self, keeps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rows_freed`` of the pods each row of boolean ``keeps`` marks (one more leading
+        axis), and per row whether ``freed`` would refuse it (``RowTerms.freed_many``; needs
+        ``terms``)."""
+        assert self.terms is not None
+        return self.terms.freed_many(keeps)
 
     def _keep(self, units: Sequence[Unit]) -> np.ndarray:
         keep = np.zeros(len(self._releases), dtype=bool)

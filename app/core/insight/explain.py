@@ -1037,6 +1037,8 @@ class _Units:
     crossing: frozenset[tuple[int, bool, int]] = frozenset()
     #: Whether every unit started by ``since`` and the units of each group have one size.
     timeless: bool = False
+    #: How many units there are of each priority (0 for some priorities none has now).
+    priorities: Counter[int] = field(default_factory=Counter)
 
     def fresh(self, now: float) -> bool:
         """Whether the units are still right at ``now`` (as far as the clock goes): until a
@@ -1086,7 +1088,7 @@ def _units(o: Outlook) -> _Units:
         )
         found = _Units(snapshot, key, o.config, o.protection, o.now, min(young, default=math.inf),
                        gangs_units, lone, object(), units, object(), _by_node(snapshot, lone),
-                       crossing, timeless)  # fmt: skip
+                       crossing, timeless, Counter(u.priority for u in units))  # fmt: skip
     last[0] = found
     o.kept.put_steady(snapshot, key, found)
     return found
@@ -1157,6 +1159,14 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
         # age), found anew now.
         since, token = o.now, object()
     units = [*kept.gangs, *lone.values()]
+    priorities = kept.priorities
+    if lone is not kept.lone:  # the changed pods' units out, their units now in
+        priorities = Counter(priorities)
+        for uid in changed:
+            if (unit := kept.lone.get(uid)) is not None:
+                priorities[unit.priority] -= 1
+            if (unit := lone.get(uid)) is not None:
+                priorities[unit.priority] += 1
     by_node = kept.by_node
     if lone is not kept.lone:  # the changed pods' nodes, before and after
         by_node = dict(by_node)
@@ -1169,7 +1179,7 @@ def _units_since(o: Outlook, kept: _Units, key: tuple[object, ...]) -> _Units | 
             here |= {u for u, n in now.items() if n == node}
             by_node[node] = frozenset(here)
     return replace(kept, snapshot=new, since=since, lone=lone, token=token, units=units,
-                   by_node=by_node, timeless=timeless)  # fmt: skip
+                   by_node=by_node, timeless=timeless, priorities=priorities)  # fmt: skip
 
 
 def _by_node(snapshot: Snapshot, lone: dict[str, Unit]) -> dict[str, frozenset[str]]:
@@ -1194,9 +1204,9 @@ def lone_memo(o: Outlook, purpose: str) -> LoneMemo:
 
 def _find_priority_fix(o: Outlook, job: Job, queue: str, found: _Units) -> list[Fix]:
     snapshot = replace(o.session.snapshot, view=o.session.backfill_view())
-    units = found.units
     mine = max(p.priority for p in job.core)
-    for priority in sorted({u.priority + 1 for u in units if u.priority >= mine})[:6]:
+    above = {p + 1 for p, count in found.priorities.items() if count and p >= mine}
+    for priority in sorted(above)[:6]:
         core = [replace(p, priority=priority) for p in job.core]
         room = make_room(
             snapshot,
@@ -1223,10 +1233,9 @@ def _focus(
     thousands of running pods one by one, seconds on a big cluster; a fix needs one way that
     works, and ``make_room`` still checks it.)"""
     units = found.units
-    lower = [u for u in units if u.priority < priority]
-    if len(lower) <= FOCUS_UNITS:
+    if sum(n for p, n in found.priorities.items() if p < priority) <= FOCUS_UNITS:
         return list(units)
-    view = _freed_below(o, snapshot, found, lower, priority)
+    view = _freed_below(o, snapshot, found, priority)
     shape = tuple((p.requests, GpuAsk.of(p), constraint_of(p)) for p in core)
     placed = o.kept.across(
         ("focus", shape, o.strategy),
@@ -1239,9 +1248,7 @@ def _focus(
     return found.on(set(placed.placed.values()))
 
 
-def _freed_below(
-    o: Outlook, snapshot: Snapshot, found: _Units, lower: Sequence[Unit], priority: int
-) -> NodeView:
+def _freed_below(o: Outlook, snapshot: Snapshot, found: _Units, priority: int) -> NodeView:
     """``freed(snapshot, lower)``: the view without holds and without every unit below
     ``priority``. Kept per priority across snapshots while the units are brought up to date
     from the same ones (``_units_since``) and each pod changed since adds the same to it as
@@ -1257,7 +1264,7 @@ def _freed_below(
     ):
         view = hit[1]
     else:
-        view = freed(snapshot, lower)
+        view = freed(snapshot, [u for u in found.units if u.priority < priority])
     if len(kept) > 16:
         kept.clear()
     kept[priority] = (found, view)

@@ -260,37 +260,45 @@ class Releases:
             )
             np.add.at(milli, where, self.device_milli[:end])
             np.add.at(cells, where, 1)
-        flat = (count, len(rows) * width), (count, len(rows) * devices)
-        return RowTerms(rows, view.used[rows], view.gpu_free[rows], requests.reshape(flat[0]),
-                        milli.reshape(flat[1]), cells.reshape(flat[1]))  # fmt: skip
+        # One matrix (one product per question): requests, then milli, then entries.
+        terms = np.concatenate(
+            [a.reshape(count, a.shape[1] * a.shape[2]) for a in (requests, milli, cells)], axis=1
+        )
+        return RowTerms(rows, view.used[rows], view.gpu_free[rows], terms)
 
 
 @dataclass(frozen=True, slots=True)
 class RowTerms:
     """What each pod of a ``Releases`` frees on the rows they are on (``rows``, ascending),
-    so that those rows of ``Releases.freed`` for any subset of the pods come from one sum
-    each (``freed``): ``used`` and ``gpu_free`` are those rows of the view; per pod, its
-    requests, the milli it gives back per device and its device entries, on those rows
-    (flattened)."""
+    so that those rows of ``Releases.freed`` for any subset of the pods come from one
+    product (``freed``): ``used`` and ``gpu_free`` are those rows of the view; per pod, in
+    ``terms``, its requests, the milli it gives back per device and its device entries, on
+    those rows (each flattened, one after the other)."""
 
     rows: np.ndarray
     used: np.ndarray
     gpu_free: np.ndarray
-    requests: np.ndarray
-    milli: np.ndarray
-    cells: np.ndarray
+    terms: np.ndarray
 
     def freed(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``Releases.only(keep).freed(view)``'s ``used`` and ``gpu_free`` on ``rows`` (the
         same sums, so the same values; the same check that no device ends up over-free)."""
-        k = keep.astype(np.int64)
-        used = self.used - (k @ self.requests).reshape(self.used.shape)
-        given = (k @ self.milli).reshape(self.gpu_free.shape)
-        gpu_free = self.gpu_free + given.astype(self.gpu_free.dtype)
-        touched = (k @ self.cells).reshape(gpu_free.shape) > 0
-        if (gpu_free[touched] > MILLI).any():
+        used, gpu_free, over = self.freed_many(keep[None, :])
+        if over[0]:
             raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
-        return used, gpu_free
+        return used[0], gpu_free[0]
+
+    def freed_many(self, keeps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``freed(keep)`` for each row ``keep`` of ``keeps``: ``used`` and ``gpu_free`` (one
+        more leading axis), and per row whether ``freed`` would refuse it (a device over-free)."""
+        count, a, b = len(keeps), self.used.size, self.gpu_free.size
+        sums = keeps.astype(np.int64) @ self.terms
+        used = self.used - sums[:, :a].reshape(count, *self.used.shape)
+        given = sums[:, a : a + b].reshape(count, *self.gpu_free.shape)
+        gpu_free = self.gpu_free + given.astype(self.gpu_free.dtype)
+        touched = sums[:, a + b :].reshape(gpu_free.shape) > 0
+        over = ((gpu_free > MILLI) & touched).any(axis=(1, 2))
+        return used, gpu_free, over
 
 
 #: ``_row_sums`` adds values in two parts of at most this many bits each.
