@@ -238,7 +238,7 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     view = view_for(o, job)
     out.gpus = _gpus(o, o.session.backfill_view())
     probe = job.pending[0] if job.pending else job.members[0]
-    out.nodes = _node_reasons(view, probe)
+    out.nodes = _node_reasons(o, view, probe)
     out.position = _position(o, job, queue)
     out.planner = o.reasons.get(job.key, "") if job.gang is not None else ""
     if out.state != JobState.WAITING:
@@ -449,13 +449,75 @@ def _gpus(o: Outlook, view: NodeView) -> dict[str, Any]:
     return out
 
 
-def _node_reasons(view: NodeView, pod: Pod) -> list[dict[str, Any]]:
-    result = filter_nodes(view, pod, [n.name for n in view.nodes])
-    counts = Counter([*result.failed.values(), *result.unresolvable.values()])
-    rows = [{"reason": r, "count": c} for r, c in counts.most_common(NODE_REASONS)]
-    if result.feasible:
-        rows.insert(0, {"reason": "fits (for this member alone)", "count": len(result.feasible)})
-    return rows
+def _node_reasons(o: Outlook, view: NodeView, pod: Pod) -> list[dict[str, Any]]:
+    """``filter_nodes`` on every node for ``pod``, as reasons grouped with counts (most
+    common first). Each node's verdict reads its own row alone, so it is kept per shape of
+    pod and found again for the rows that differ from the view it was found on."""
+    shape = (pod.requests, GpuAsk.of(pod), constraint_of(pod))
+    kept: dict[object, _Verdicts] = o.kept.lasting(("node verdicts",), dict)
+    hit = kept.get(shape)
+    if hit is None or hit.view.table is not view.table:
+        verdicts = _Verdicts.of(view, pod, np.arange(len(view.nodes)), None)
+    elif hit.view is view:
+        verdicts = hit
+    else:
+        differ = (hit.view.used != view.used).any(axis=1)
+        differ |= (hit.view.gpu_free != view.gpu_free).any(axis=1)
+        changed = np.flatnonzero(differ)
+        few = len(changed) <= len(view.nodes) // 4
+        everything = np.arange(len(view.nodes))
+        verdicts = (
+            _Verdicts.of(view, pod, changed, hit)
+            if few
+            else _Verdicts.of(view, pod, everything, None)
+        )
+    if len(kept) > 64:
+        kept.clear()
+    kept[shape] = verdicts
+    return verdicts.grouped(pod)
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdicts:
+    """``filter_nodes``' verdict on each node of ``view`` for one shape of pod: per row,
+    0 fits, 1 failed, 2 unresolvable, and the reason (None where it fits)."""
+
+    view: NodeView
+    kinds: np.ndarray
+    reasons: list[str | None]
+
+    @staticmethod
+    def of(view: NodeView, pod: Pod, rows: np.ndarray, last: _Verdicts | None) -> _Verdicts:
+        """The verdicts on ``view``: found for ``rows``, the rest as ``last`` has them."""
+        kinds = np.zeros(len(view.nodes), np.int8) if last is None else last.kinds.copy()
+        reasons: list[str | None] = [None] * len(view.nodes) if last is None else list(last.reasons)
+        names = [view.nodes[r].name for r in rows.tolist()]
+        result = filter_nodes(view, pod, names)
+        index = view.index
+        for row in rows.tolist():
+            kinds[row], reasons[row] = 0, None
+        for kind, found in ((1, result.failed), (2, result.unresolvable)):
+            for name, reason in found.items():
+                kinds[index[name]], reasons[index[name]] = kind, reason
+        return _Verdicts(view, kinds, reasons)
+
+    def grouped(self, pod: Pod) -> list[dict[str, Any]]:
+        """The reasons with their counts, most common first (ties in the order
+        ``filter_nodes`` lists them: failed nodes short of resources, then short of whole
+        devices, then unresolvable ones by constraints, then those too small, each by row)."""
+        view = self.view
+        fits = (view.allocatable - view.used >= np.asarray(pod.requests, np.int64)).all(axis=1)
+        ok = eligible(view, pod)
+        order = np.where(self.kinds == 1, np.where(fits, 1, 0), np.where(ok, 3, 2))
+        listed = np.flatnonzero(self.kinds != 0)
+        listed = listed[np.argsort(order[listed], kind="stable")]
+        reasons = self.reasons
+        counts = Counter([reasons[r] for r in listed.tolist()])
+        out = [{"reason": r, "count": c} for r, c in counts.most_common(NODE_REASONS)]
+        feasible = int((self.kinds == 0).sum())
+        if feasible:
+            out.insert(0, {"reason": "fits (for this member alone)", "count": feasible})
+        return out
 
 
 def _top_reason(view: NodeView, pod: Pod) -> str:
