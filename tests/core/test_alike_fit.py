@@ -4,7 +4,8 @@ clusters with random usage (over-full nodes, part-used GPUs, node selectors, CPU
 members); its per-row terms add up to its total; ``Releases.freed_rows`` and ``RowTerms``
 give ``freed``'s rows; and ``earliest`` for alike members (one allocation, the exact test,
 any hints) finds what the search by the quick bound and allocations finds, on random
-timelines with gangs ahead of it."""
+timelines with gangs ahead of it; and a placement ``placed_alike`` says a changed view
+keeps is the one ``allocate`` gives on it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.core.actions.allocate import AlikeFit, allocate, fits_all
+from app.core.actions.allocate import AlikeFit, allocate, fits_all, placed_alike
 from app.core.actions.backfill import ending
 from app.core.gpu.ask import GpuAsk
 from app.core.insight.forward import FreedViews, Occupant, _earliest_any, earliest
@@ -165,3 +166,31 @@ def test_earliest_for_alike_members_finds_what_the_search_by_allocations_finds(
             start, allocation = want
             runtime = 60.0 * rng.choice([10, 30, 60])
             occupants.append(Occupant(start, start + runtime, tuple(members), allocation))
+
+
+def _few_rows_changed(rng: random.Random, view: NodeView) -> NodeView:
+    """``view`` with one to three rows' usage and free devices changed."""
+    used, gpu_free = view.used.copy(), view.gpu_free.copy()
+    for row in rng.sample(range(len(view.nodes)), min(rng.randint(1, 3), len(view.nodes))):
+        used[row] += rng.choice([-1, 1]) * np.asarray(
+            [rng.choice([0, 1000, 4000]) for _ in range(used.shape[1])], np.int64
+        )
+        for d in range(int(view.allocatable[row, 0] // 1000)):
+            gpu_free[row, d] = rng.choice([0, 500, 1000, gpu_free[row, d]])
+    return replace(view, used=used, gpu_free=gpu_free)
+
+
+def test_a_placement_said_unchanged_is_what_allocate_gives() -> None:
+    said = 0
+    for seed in range(80):
+        rng = random.Random(seed)
+        view = _cluster(rng).snapshot().view
+        for trial in range(20):
+            members = _members(rng, f"g{trial}")
+            before = allocate(view, members)
+            after = _few_rows_changed(rng, view)
+            if placed_alike(view, after, members, before, "binpack"):
+                assert allocate(after, members) == before, (seed, trial)
+                said += 1
+            assert not placed_alike(view, after, members, before, "spread")
+    assert said > 100  # many placements are kept (the rest allocate again)

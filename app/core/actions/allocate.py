@@ -42,6 +42,10 @@ class Allocation:
         """Whether every member found a node."""
         return not self.unplaced
 
+    def copy(self) -> Allocation:
+        """A copy of its own (the mappings and list are new)."""
+        return Allocation(dict(self.placed), dict(self.devices), list(self.unplaced))
+
 
 def allocate(
     view: NodeView,
@@ -376,6 +380,46 @@ class AlikeFit:
             ok &= idle >= self._ask.count
         at = np.flatnonzero(ok)
         return int(_room(free, idle, self._need, self._ask, at, self._limit).sum())
+
+
+#: Rows beyond this many differing: ``placed_alike`` does not look closer.
+FEW_ROWS = 64
+
+
+def placed_alike(
+    old: NodeView, new: NodeView, members: Sequence[Pod], allocation: Allocation, strategy: str
+) -> bool:
+    """Whether ``allocate(new, members, strategy=strategy)`` gives ``allocation``, which
+    ``allocate(old, ...)`` gave, told from the rows where the views differ: for members
+    placed alike and all placed (``_fill``), when none of those rows was used and none that
+    fits one member now comes before the last row used in the fill's order (best score
+    first, then row). The rows used and their order are then the same, and so are the
+    devices (each row's own). False: not known so (allocate again)."""
+    ordered = _ordered(members)
+    policy = scorer(strategy)
+    if old.table is not new.table or not allocation.complete or not ordered:
+        return False
+    if not policy.packs or not _alike(ordered, None):
+        return False
+    differ = (old.used != new.used).any(axis=1) | (old.gpu_free != new.gpu_free).any(axis=1)
+    changed = np.flatnonzero(differ)
+    if not len(changed):
+        return True
+    index = new.index
+    used = np.unique(np.asarray([index[n] for n in allocation.placed.values()], np.intp))
+    if len(changed) > FEW_ROWS or np.isin(changed, used).any():
+        return False
+    first = ordered[0]
+    changed = changed[eligible(new, first)[changed]]
+    _, ok, _ = _fit_rows(new, vector(first.requests), GpuAsk.of(first), changed)
+    fitting = changed[ok]
+    if not len(fitting):
+        return True
+    scores = policy.score(new, used, first.requests)
+    low = scores.min()
+    last = int(used[scores == low].max())  # the last row used, in the fill's order
+    theirs = policy.score(new, fitting, first.requests)
+    return bool(((theirs < low) | ((theirs == low) & (fitting > last))).all())
 
 
 def fits_all(view: NodeView, members: Sequence[Pod], strategy: str) -> bool:

@@ -707,7 +707,7 @@ def _after_line(o: Outlook, job: Job, ahead: Sequence[Gang]) -> float | None:
     head = o.gangs.get(owner) if holds else None
     freed_views = FreedViews(view, order)
     # Where the last plays found each count (a guess that is tried first; see ``earliest``).
-    hints: dict[Hashable, int] = o.kept.lasting(("line hints",), dict)
+    hints: dict[Hashable, object] = o.kept.lasting(("line hints",), dict)
 
     def chain() -> tuple[float, float, list[Occupant]]:
         """The occupants, and when they were found and until when they stay right: the play

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate
+from app.core.actions.allocate import AlikeFit, Allocation, FitBound, allocate, placed_alike
 from app.core.actions.backfill import Ending
 from app.core.gpu.ask import GpuAsk, take
 from app.core.gpu.ledger import device_count
@@ -131,12 +131,14 @@ def earliest(
     now: float,
     strategy: str,
     freed_views: FreedViews | None = None,
-    hints: dict[Hashable, int] | None = None,
+    hints: dict[Hashable, object] | None = None,
 ) -> tuple[float, Allocation] | None:
     """When ``members`` first fit together, and where (None: never, as far as is known).
     ``freed_views``: freed views of ``view`` and ``order`` found by earlier calls;
-    ``hints``: where earlier calls found their counts (kept by the caller from one call to
-    the next, any contents: a count is only tried first, the answer is the same)."""
+    ``hints``: where earlier calls found their counts and placed the members (kept by the
+    caller from one call to the next, any contents: a count is only tried first, and a
+    placement is taken only where ``placed_alike`` shows allocating again gives it; the
+    answer is the same)."""
     if freed_views is None or freed_views.view is not view or freed_views.order is not order:
         freed_views = FreedViews(view, order)
     alike = AlikeFit.of(view, members, strategy)
@@ -212,7 +214,7 @@ def _earliest_alike(
     now: float,
     strategy: str,
     freed_views: FreedViews,
-    hints: dict[Hashable, int] | None,
+    hints: dict[Hashable, object] | None,
 ) -> tuple[float, Allocation] | None:
     """``earliest`` for members ``allocate`` places alike (``AlikeFit``): the same answer,
     with one allocation. Inside a piece of the timeline room only grows with the release
@@ -238,7 +240,7 @@ def _earliest_alike(
             return found
 
         guess = None if hints is None else hints.get((shape, i))
-        if guess is None or not low <= guess < high:
+        if not isinstance(guess, int) or not low <= guess < high:
             guess = None
         if guess is not None and fits(guess):  # so they fit at ``high`` too
             lo = _first_near(fits, low, high, guess)
@@ -246,14 +248,40 @@ def _earliest_alike(
             lo = _first(fits, low if guess is None else guess + 1, high)
         else:
             continue
+        where = freed_views.placed(lo, active)
+        found = None
         if hints is not None:
             if len(hints) > HINTS:
                 hints.clear()
             hints[(shape, i)] = lo
-        found = allocate(freed_views.placed(lo, active), members, strategy=strategy)
+            # Where the members went last time, on a view that differs in a few rows.
+            last = hints.get((shape, i, members[0].uid))
+            if (
+                isinstance(last, Placed)
+                and _same_objects(last.members, members)
+                and placed_alike(last.view, where, members, last.allocation, strategy)
+            ):
+                found = last.allocation.copy()
+        if found is None:
+            found = allocate(where, members, strategy=strategy)
         assert found.complete
+        if hints is not None:
+            hints[(shape, i, members[0].uid)] = Placed(tuple(members), where, found.copy())
         return (start if lo == low else max(start, ends[lo - 1])), found
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where ``members`` went on ``view`` (kept in ``earliest``'s hints)."""
+
+    members: tuple[Pod, ...]
+    view: NodeView
+    allocation: Allocation
+
+
+def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 #: How many counts ``earliest``'s ``hints`` keep at most.
