@@ -42,6 +42,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -484,14 +487,82 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--now", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--canned", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another copy of the repository (say main's: git archive main | tar -x -C DIR): "
+        "its own bench_insight.py runs first with the same arguments, in process only, then "
+        "this one; both tables are printed, and each in-process row's p50 and p99 side by side "
+        "with their ratio",
+    )
     args = parser.parse_args(argv)
     if args.bound is None:
         args.bound = args.pods * 4 // 5
     if args.serve:
         serve(args.serve, args)
         return 0
-    run(args.nodes, args.pods, args.bound, args.calls, args.warmup, http=not args.no_http)
+    if args.against is None:
+        run(args.nodes, args.pods, args.bound, args.calls, args.warmup, http=not args.no_http)
+        return 0
+    sizes = ["--nodes", str(args.nodes), "--pods", str(args.pods), "--bound", str(args.bound),
+             "--calls", str(args.calls), "--warmup", str(args.warmup)]  # fmt: skip
+    print(f"== {args.against} (load average {_load()} at its start)")
+    theirs = against(args.against, sizes)
+    print(theirs, end="")
+    print(f"== this tree, {ROOT} (load average {_load()} at its start)")
+    report = run(args.nodes, args.pods, args.bound, args.calls, args.warmup,
+                 http=not args.no_http)  # fmt: skip
+    print(f"(load average {_load()} at the end)")
+    for line in compared(report, in_process_rows(theirs)):
+        print(line)
     return 0
+
+
+def against(tree: Path, sizes: Sequence[str]) -> str:
+    """The output of ``tree``'s own benchmark (in process only), given ``sizes``; it reads
+    the openb trace this process reads."""
+    env = {**os.environ, "MUSTER_OPENB_DIR": str(openb_dir())}
+    script = tree / "scripts" / "bench_insight.py"
+    done = subprocess.run([sys.executable, str(script), "--no-http", *sizes], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+_ROW = re.compile(r"^(?P<name>\S.*?)\s+(?P<p50>\d+\.\d+)\s+(?P<p99>\d+\.\d+)\s+\d+\.\d+\s+\d+\.\d+")
+
+
+def in_process_rows(output: str) -> dict[str, tuple[float, float]]:
+    """Per row of the printed in-process table: p50 and p99 (ms)."""
+    rows: dict[str, tuple[float, float]] = {}
+    inside = False
+    for line in output.splitlines():
+        if line.startswith("In process"):
+            inside = True
+        elif inside and (not line.strip() or line.startswith("Over HTTP")):
+            break
+        elif inside and (found := _ROW.match(line)):
+            rows[found["name"]] = (float(found["p50"]), float(found["p99"]))
+    return rows
+
+
+def compared(report: Report, theirs: dict[str, tuple[float, float]]) -> list[str]:
+    """Each in-process row measured here and in the other tree, with the ratios."""
+    out = ["", "In process, this tree against the other (ms; ratio = this / other)",
+           f"{'':24} {'this p50':>9} {'other p50':>9} {'ratio':>6} {'this p99':>9} "
+           f"{'other p99':>9} {'ratio':>6}"]  # fmt: skip
+    for name, stat in report.in_process.items():
+        if name not in theirs:
+            continue
+        p50, p99 = theirs[name]
+        out.append(f"{name:24} {stat.p50:9.2f} {p50:9.2f} {stat.p50 / p50:6.2f} "
+                   f"{stat.p99:9.2f} {p99:9.2f} {stat.p99 / p99:6.2f}")  # fmt: skip
+    return out
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 if __name__ == "__main__":
