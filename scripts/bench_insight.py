@@ -491,9 +491,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--against",
         type=Path,
         help="another copy of the repository (say main's: git archive main | tar -x -C DIR): "
-        "its own bench_insight.py runs first with the same arguments, in process only, then "
-        "this one; both tables are printed, and each in-process row's p50 and p99 side by side "
-        "with their ratio",
+        "its own bench_insight.py runs first with the same arguments, then this one; both "
+        "tables are printed, and each row's p50 and p99 side by side with their ratio",
     )
     args = parser.parse_args(argv)
     if args.bound is None:
@@ -507,23 +506,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = ["--nodes", str(args.nodes), "--pods", str(args.pods), "--bound", str(args.bound),
              "--calls", str(args.calls), "--warmup", str(args.warmup)]  # fmt: skip
     print(f"== {args.against} (load average {_load()} at its start)")
-    theirs = against(args.against, sizes)
+    theirs = against(args.against, [*sizes, *(["--no-http"] if args.no_http else [])])
     print(theirs, end="")
     print(f"== this tree, {ROOT} (load average {_load()} at its start)")
     report = run(args.nodes, args.pods, args.bound, args.calls, args.warmup,
                  http=not args.no_http)  # fmt: skip
     print(f"(load average {_load()} at the end)")
-    for line in compared(report, in_process_rows(theirs)):
+    for line in compared(report, table_rows(theirs)):
         print(line)
     return 0
 
 
-def against(tree: Path, sizes: Sequence[str]) -> str:
-    """The output of ``tree``'s own benchmark (in process only), given ``sizes``; it reads
-    the openb trace this process reads."""
+def against(tree: Path, arguments: Sequence[str]) -> str:
+    """The output of ``tree``'s own benchmark given ``arguments``; it reads the openb trace
+    this process reads."""
     env = {**os.environ, "MUSTER_OPENB_DIR": str(openb_dir())}
     script = tree / "scripts" / "bench_insight.py"
-    done = subprocess.run([sys.executable, str(script), "--no-http", *sizes], env=env,
+    done = subprocess.run([sys.executable, str(script), *arguments], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
@@ -533,26 +532,29 @@ def against(tree: Path, sizes: Sequence[str]) -> str:
 _ROW = re.compile(r"^(?P<name>\S.*?)\s+(?P<p50>\d+\.\d+)\s+(?P<p99>\d+\.\d+)\s+\d+\.\d+\s+\d+\.\d+")
 
 
-def in_process_rows(output: str) -> dict[str, tuple[float, float]]:
-    """Per row of the printed in-process table: p50 and p99 (ms)."""
+def table_rows(output: str) -> dict[str, tuple[float, float]]:
+    """Per row of the printed tables: p50 and p99 (ms; Muster's over HTTP, the row named
+    ``HTTP`` and its name)."""
     rows: dict[str, tuple[float, float]] = {}
-    inside = False
+    prefix = None
     for line in output.splitlines():
-        if line.startswith("In process"):
-            inside = True
-        elif inside and (not line.strip() or line.startswith("Over HTTP")):
-            break
-        elif inside and (found := _ROW.match(line)):
-            rows[found["name"]] = (float(found["p50"]), float(found["p99"]))
+        if line.startswith(("In process", "Over HTTP")):
+            prefix = "" if line.startswith("In process") else "HTTP "
+        elif not line.strip():
+            prefix = None
+        elif prefix is not None and (found := _ROW.match(line)):
+            rows[prefix + found["name"]] = (float(found["p50"]), float(found["p99"]))
     return rows
 
 
 def compared(report: Report, theirs: dict[str, tuple[float, float]]) -> list[str]:
-    """Each in-process row measured here and in the other tree, with the ratios."""
-    out = ["", "In process, this tree against the other (ms; ratio = this / other)",
+    """Each row measured here and in the other tree, with the ratios."""
+    out = ["", "This tree against the other (ms; ratio = this / other)",
            f"{'':24} {'this p50':>9} {'other p50':>9} {'ratio':>6} {'this p99':>9} "
            f"{'other p99':>9} {'ratio':>6}"]  # fmt: skip
-    for name, stat in report.in_process.items():
+    ours = dict(report.in_process)
+    ours.update({f"HTTP {name}": stat for name, stat in report.http.get("muster", {}).items()})
+    for name, stat in ours.items():
         if name not in theirs:
             continue
         p50, p99 = theirs[name]
