@@ -23,7 +23,7 @@ from app.core.actions.victims import Unit, freed, running_units, same_unit
 from app.core.cycle.memos import ACROSS_SCOPES, SnapshotMemo
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planner import Planner
-from app.core.insight import explain
+from app.core.insight import explain, forward
 from app.core.insight.explain import explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
 from app.core.model.values import Pod
@@ -390,3 +390,33 @@ def test_units_keep_past_ten_seconds_only_while_their_order_by_work_lost_cannot_
     assert any(len(u.pods) == 2 for u in found.units)
     assert not found.timeless
     assert not found.fresh(found.since + explain.UNITS_SECONDS)
+
+
+def test_starts_and_ends_take_the_kept_placements_hints_and_verdicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The random sequences above (every answer equal to one from scratch) go through what
+    is kept across a start or an end: placements taken again, counts searched from the last
+    ones, node verdicts found again for the changed rows alone."""
+    taken: Counter[str] = Counter()
+    placed, near, verdicts = forward.placed_alike, forward._first_near, explain._Verdicts.of
+
+    def spy_placed(*args: Any, **kwargs: Any) -> bool:
+        found = placed(*args, **kwargs)
+        taken["placement kept"] += found
+        return found
+
+    def spy_near(*args: Any) -> int:
+        taken["count searched from a hint"] += args[3] is not None
+        return near(*args)
+
+    def spy_verdicts(view: Any, pod: Any, rows: Any, last: Any) -> Any:
+        taken["verdicts of changed rows"] += last is not None
+        return verdicts(view, pod, rows, last)
+
+    monkeypatch.setattr(forward, "placed_alike", spy_placed)
+    monkeypatch.setattr(forward, "_first_near", spy_near)
+    monkeypatch.setattr(explain._Verdicts, "of", staticmethod(spy_verdicts))
+    test_kept_answers_equal_answers_from_scratch_after_running_pods_change(0, True)
+    assert all(taken[k] > 20 for k in ("placement kept", "count searched from a hint",
+                                       "verdicts of changed rows")), taken  # fmt: skip
