@@ -13,6 +13,7 @@ import bisect
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 
@@ -255,9 +256,9 @@ def _earliest_alike(
                 hints.clear()
             hints[(shape, i)] = lo
             # Where the members went last time, on a view that differs in a few rows.
-            last = hints.get((shape, i, members[0].uid))
+            last = _placements(hints).pop((shape, i, members[0].uid), None)
             if (
-                isinstance(last, Placed)
+                last is not None
                 and _same_objects(last.members, members)
                 and placed_alike(last.view, where, members, last.allocation, strategy)
             ):
@@ -266,7 +267,11 @@ def _earliest_alike(
             found = allocate(where, members, strategy=strategy)
         assert found.complete
         if hints is not None:
-            hints[(shape, i, members[0].uid)] = Placed(tuple(members), where, found.copy())
+            kept = _placements(hints)
+            if len(kept) >= PLACEMENTS:  # each holds a view: the oldest quarter goes
+                for key in list(kept)[: PLACEMENTS // 4]:
+                    del kept[key]
+            kept[(shape, i, members[0].uid)] = Placed(tuple(members), where, found.copy())
         return (start if lo == low else max(start, ends[lo - 1])), found
     return None
 
@@ -286,6 +291,16 @@ def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
 
 #: How many counts ``earliest``'s ``hints`` keep at most.
 HINTS = 4096
+#: How many placements (each with the view it was found on) they keep at most.
+PLACEMENTS = 64
+
+
+def _placements(hints: dict[Hashable, object]) -> dict[Hashable, Placed]:
+    """The placements kept in ``hints`` (used last, last)."""
+    found = hints.get(Placed)
+    if not isinstance(found, dict):
+        found = hints[Placed] = {}
+    return cast(dict[Hashable, Placed], found)
 
 
 def _first_near(holds: Callable[[int], bool], low: int, high: int, guess: int | None) -> int:
