@@ -63,7 +63,7 @@ from app.core.model.values import Node, Pod  # noqa: E402
 from app.core.state.cache import ClusterCache  # noqa: E402
 from app.core.state.gateway import InMemoryGateway  # noqa: E402
 from app.core.verbs.extender import Extender  # noqa: E402
-from app.server import SWITCH_INTERVAL  # noqa: E402
+from app.server import SWITCH_INTERVAL, freeze_heap  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.wiring import build_graph  # noqa: E402
 
@@ -265,6 +265,7 @@ def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list
     cycles: list[float] = []
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL)  # as ``MusterServer.serve`` does
+    freeze_heap()  # as the server does once its cache has synced
 
     def cycle_forever() -> None:
         while not stop.is_set():

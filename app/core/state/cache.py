@@ -44,7 +44,13 @@ TOGETHER = 64
 
 class WaitedLock:
     """A re-entrant lock that knows whether a thread waits for it (``contended``): a long
-    holder gives it up between steps anyway, but only steps aside for a waiter then."""
+    holder gives it up between steps anyway, but only steps aside for a waiter then.
+
+    Releasing it for good while another thread waits also steps aside (``time.sleep(0)``):
+    a thread that takes and gives it back in a tight loop (the watch applying a burst of
+    events, plans released one after another) would otherwise take it again before the
+    waiter (a filter call) is even scheduled, and keep it waiting for the whole loop.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -69,14 +75,16 @@ class WaitedLock:
             self._waiting.discard(me)
 
     def release(self) -> None:
-        """``RLock.release``."""
+        """``RLock.release``; hands the lock over to a waiting thread (see the class)."""
         self._lock.release()
+        if self._waiting and not self._lock._is_owned():  # type: ignore[attr-defined]
+            time.sleep(0)
 
     def __enter__(self) -> bool:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        self.release()
 
 
 @dataclass(frozen=True, slots=True)
