@@ -6,7 +6,6 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,7 @@ from app.core.model.values import Node, Pod, Resources
 from app.core.state.cache import ClusterCache
 from app.core.state.statement import Hold, Release, Reserve, Statement
 from tests.factories import node, pod
+from tests.spies import returns_of
 
 
 class Clock:
@@ -473,15 +473,7 @@ def test_usual_runs_are_reserved_with_whole_list_steps(monkeypatch: pytest.Monke
     """The comparison above means something: ``_reserve_whole_run`` reserves many of those
     runs, refuses some (then applied one by one), and leaves others (scattered members, a
     pod of other requests) to the pod-by-pod check."""
-    outcomes: list[bool | None] = []
-    whole = ClusterCache._reserve_whole_run  # noqa: SLF001
-
-    def counted(self: ClusterCache, *args: Any) -> bool | None:
-        done = whole(self, *args)
-        outcomes.append(done)
-        return done
-
-    monkeypatch.setattr(ClusterCache, "_reserve_whole_run", counted)
+    outcomes = returns_of(monkeypatch, ClusterCache, "_reserve_whole_run")
     for seed in range(80):
         _applied_state(seed, None, uniform=True)
     assert outcomes.count(True) >= 15
@@ -492,15 +484,7 @@ def test_usual_runs_are_reserved_with_whole_list_steps(monkeypatch: pytest.Monke
 def test_runs_are_reserved_together(monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison above means something: many runs of those statements are reserved
     together, and some are refused together and then applied one by one."""
-    outcomes: list[bool] = []
-    together = ClusterCache._reserve_together  # noqa: SLF001
-
-    def counted(self: ClusterCache, *args: Any) -> bool:
-        done = together(self, *args)
-        outcomes.append(done)
-        return done
-
-    monkeypatch.setattr(ClusterCache, "_reserve_together", counted)
+    outcomes = returns_of(monkeypatch, ClusterCache, "_reserve_together")
     for seed in range(60):
         _applied_state(seed, None)
     assert outcomes.count(True) >= 15

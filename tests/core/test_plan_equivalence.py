@@ -23,6 +23,7 @@ from app.core.state.cache import ClusterCache
 from app.core.state.queuefile import QueueFile
 from tests.core.test_allocate_incremental import reference
 from tests.factories import node, pod
+from tests.spies import returns_of
 
 Plans = list[dict[str, tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]]]]]
 
@@ -280,17 +281,10 @@ def test_runs_of_mixed_alike_gangs_plan_as_one_by_one(
 def test_runs_are_planned_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison above means something: many gangs of those clusters are planned in
     runs (397 in 107 runs when written)."""
-    taken: list[int] = []
-    run = Planner._plan_run
-
-    def counted(self: Planner, *args: Any) -> list[str]:
-        out = run(self, *args)
-        taken.append(len(out))
-        return out
-
-    monkeypatch.setattr(Planner, "_plan_run", counted)
+    runs = returns_of(monkeypatch, Planner, "_plan_run")
     for seed in range(40):
         run_plans(seed, tmp_path)
+    taken = [len(out) for out in runs]
     assert sum(taken) >= 200
     assert sum(1 for n in taken if n) >= 40
 
@@ -298,16 +292,9 @@ def test_runs_are_planned_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_runs_go_on_into_the_next_domain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparisons above cover runs going on into the next domain without a search
     (``next_domain``: 115 of 195 asks when written), and it declines at times."""
-    answers: list[bool] = []
-    real = planner.next_domain
-
-    def counted(*args: Any) -> Any:
-        found = real(*args)
-        answers.append(found is not None)
-        return found
-
-    monkeypatch.setattr(planner, "next_domain", counted)
+    found = returns_of(monkeypatch, planner, "next_domain")
     for seed in range(40):
         run_plans(seed, tmp_path)
+    answers = [f is not None for f in found]
     assert answers.count(True) >= 25
     assert answers.count(False) >= 10

@@ -265,12 +265,21 @@ def _fit_rows(
     """For ``fill_alike``'s candidate ``rows``: what is free on each, whether one member
     fits there, and (GPU asks) how many whole GPUs are idle there."""
     free = view.allocatable[rows] - view.used[rows]
+    ok, idle = _one_fits(free, view.gpu_free[rows] if ask.count else None, need, ask)
+    return free, ok, idle
+
+
+def _one_fits(
+    free: np.ndarray, gpu_free: np.ndarray | None, need: np.ndarray, ask: GpuAsk
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Whether one member fits on each row of ``free``, and (GPU asks: ``gpu_free`` of those
+    rows) how many whole GPUs are idle there."""
     ok = rows_all(free >= need)
     idle = None
-    if ask.count:
-        idle = (view.gpu_free[rows] == MILLI).sum(axis=1)
+    if ask.count and gpu_free is not None:
+        idle = (gpu_free == MILLI).sum(axis=1)
         ok &= idle >= ask.count
-    return free, ok, idle
+    return ok, idle
 
 
 def _room(
@@ -373,11 +382,7 @@ class AlikeFit:
         if not len(allocatable):
             return 0
         free = allocatable - used
-        ok = rows_all(free >= self._need)
-        idle = None
-        if self._ask.count:
-            idle = (gpu_free == MILLI).sum(axis=1)
-            ok &= idle >= self._ask.count
+        ok, idle = _one_fits(free, gpu_free, self._need, self._ask)
         at = np.flatnonzero(ok)
         return int(_room(free, idle, self._need, self._ask, at, self._limit).sum())
 

@@ -306,9 +306,8 @@ class DeviceLedger:
                 return None
             rest.append((node, fit))
         if rows:
-            width = self._free.shape[1]
-            cells = np.asarray(rows, dtype=np.int64) * width + np.asarray(devices, dtype=np.int64)
-            if len(np.unique(cells)) != len(cells) or not (self._free.flat[cells] == MILLI).all():
+            at, on = np.asarray(rows, dtype=np.int64), np.asarray(devices, dtype=np.int64)
+            if self.whole_cells(at, on) is None:
                 return None  # a device taken twice, or not fully free
         return RunCheck(rows, devices, records, rest)
 

@@ -940,8 +940,7 @@ class ClusterCache:
                 expected = self._generation
                 if i >= len(ops):
                     return Applied(refused, devices, clean, expected)
-            if self._lock.contended:
-                time.sleep(0)  # let the waiting request thread take the GIL and the lock now
+            # Leaving the lock hands it to a waiting request first (``WaitedLock.release``).
 
     def _reserve_together(
         self,
@@ -995,15 +994,7 @@ class ClusterCache:
                     found_pods.extend(here)
             named += len(op.placements)
         uids = {pod.uid for _, members_at in order for pod in members_at}
-        if (
-            len(uids) != named  # a pod named twice
-            or not planned.keys() <= uids  # devices for a pod not reserved here
-            # (dict views iterate the smaller side: the dicts hold every pod placed)
-            or not self._assumed.keys().isdisjoint(uids)  # binding
-            or not reserved.keys().isdisjoint(uids)  # a move, or nothing to do
-            or not placement.keys().isdisjoint(uids)
-            or self._devices.holds_any(uids)
-        ):
+        if not self._all_new(uids, named, planned):
             return False
         at = np.fromiter(rows, dtype=np.int64, count=len(rows))
         first = next(iter(rows.values()))[0].requests
@@ -1043,6 +1034,20 @@ class ClusterCache:
         self._generation += end - i - 1  # one generation per operation, as one by one
         self._bump()
         return True
+
+    def _all_new(self, uids: set[str], named: int, planned: Mapping[str, object]) -> bool:
+        """Whether a run naming ``named`` pods (``uids``) can be reserved in one step: no pod
+        named twice, devices planned only for its own pods, and none of them binding,
+        reserved, placed or holding devices already (one by one says what then happens)."""
+        # (dict views iterate the smaller side: the dicts hold every pod placed)
+        return (
+            len(uids) == named
+            and planned.keys() <= uids
+            and self._assumed.keys().isdisjoint(uids)
+            and self._reserved.keys().isdisjoint(uids)
+            and self._placement.keys().isdisjoint(uids)
+            and not self._devices.holds_any(uids)
+        )
 
     def _reserve_whole_run(self, run: Sequence[Reserve]) -> bool | None:
         """``_reserve_together`` for the usual run, read with whole-list steps instead of pod
@@ -1087,15 +1092,7 @@ class ClusterCache:
         stretch = np.cumsum(op_of)[start] * len(self._nodes) + at[start]
         if len(np.unique(stretch)) != len(stretch):
             return None
-        uid_set = set(uids)
-        if (
-            len(uid_set) != count  # a pod named twice
-            or not planned.keys() <= uid_set  # devices for a pod not reserved here
-            or not self._assumed.keys().isdisjoint(uid_set)  # binding
-            or not self._reserved.keys().isdisjoint(uid_set)  # a move, or nothing to do
-            or not self._placement.keys().isdisjoint(uid_set)
-            or self._devices.holds_any(uid_set)
-        ):
+        if not self._all_new(set(uids), count, planned):
             return False
         asks = GpuAsk.of_each(pods)
         shapes = list(map(_ASK_SHAPE, asks))
