@@ -6,7 +6,7 @@ nudge; patching it again would only load the API server while a burst is being s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -41,15 +41,22 @@ class Row:
     #: kube-scheduler's filter call reached the member after its nudge.
     asked: bool
     renudged: bool
+    #: Members the plan's first write went to (it nudges them): those kube-scheduler failed,
+    #: or else one to carry the plan.
+    written: int = 2
+    #: kube-scheduler's failure reaches the cache only after the plan was written.
+    fails_later: bool = False
 
 
 ROWS = [
-    Row("never tried: waits in the active queue", None, RENUDGE + 0.5, False, False),
+    Row("never tried: waits in the active queue", None, RENUDGE + 0.5, False, False, 1),
     Row("scheduled condition true: not failed", [{"type": "PodScheduled", "status": "True"}],
-        RENUDGE + 0.5, False, False),
+        RENUDGE + 0.5, False, False, 1),
     Row("failed, not back at filter: nudged again", FAILED, RENUDGE + 0.5, False, True),
     Row("failed, too soon to tell", FAILED, RENUDGE / 2, False, False),
     Row("failed, but filter saw it since", FAILED, RENUDGE + 0.5, True, False),
+    Row("failure seen after the plan, not back at filter: nudged", None, RENUDGE + 0.5, False,
+        True, 1, fails_later=True),
 ]  # fmt: skip
 
 
@@ -63,7 +70,10 @@ def test_renudge(row: Row) -> None:
     members = [member("g-0", row.conditions), member("g-1", row.conditions)]
     cache.upsert_pods(members)
     graph.loop.run_once(force=True)
-    assert graph.loop.records == 2  # the plan's first write nudges both members
+    assert graph.loop.records == row.written  # the plan's first write nudges these members
+    if row.fails_later:
+        members = [replace(p, unschedulable=True) for p in members]
+        cache.upsert_pods(members)
     now[0] += row.later
     if row.asked:
         for pod in members:

@@ -8,6 +8,9 @@ holds only what the API server would: the pods, with the annotations written so 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+
+import pytest
 
 from app.core.cycle.plans import Plan
 from app.core.cycle.records import (
@@ -82,18 +85,43 @@ def test_a_plan_record_reads_back_as_written() -> None:
     assert decode_hold(encode_hold("", {}, 0.0)) is None
 
 
-def test_the_loop_writes_each_plan_on_its_members_once() -> None:
-    graph, gateway = leader([node("n0", gpus=8)], members("g", 4))
+#: Which members of a 4-member gang kube-scheduler tried before Muster planned it (by index:
+#: ``"failed"`` = its PodScheduled is False, ``"asked"`` = it came to filter), and which
+#: members the loop writes the plan on (the write also nudges them out of kube-scheduler's
+#: unschedulable queue; a member never tried waits in its active queue and needs no write).
+RECORD_ROWS = [
+    ("no member tried yet: one record, on the first member", {}, [0]),
+    ("two failed: written on those two", {1: "failed", 3: "failed"}, [1, 3]),
+    ("one came to filter, one failed", {2: "asked", 0: "failed"}, [0, 2]),
+    ("every member failed: written on all", {i: "failed" for i in range(4)}, [0, 1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize(
+    ("tried", "written"), [r[1:] for r in RECORD_ROWS], ids=[r[0] for r in RECORD_ROWS]
+)
+def test_the_loop_writes_each_plan_where_it_must_once(
+    tried: dict[int, str], written: list[int]
+) -> None:
+    gang = [
+        dataclasses.replace(p, unschedulable=tried.get(i) == "failed")
+        for i, p in enumerate(members("g", 4))
+    ]
+    graph, _ = leader([node("n0", gpus=8)], gang)
     graph.leadership.take_over({})
+    for i, how in tried.items():
+        if how == "asked":
+            graph.planner.verdict(gang[i])
     graph.loop.run_once(force=True)
-    pods = crash(graph)
-    texts = {p.annotations.get(PLAN_RECORD) for p in pods}
-    assert len(texts) == 1 and None not in texts
-    assert graph.loop.records == 4
+    pods = {p.uid: p for p in crash(graph)}
+    carriers = [i for i, p in enumerate(gang) if PLAN_RECORD in pods[p.uid].annotations]
+    assert carriers == written
+    assert len({pods[gang[i].uid].annotations[PLAN_RECORD] for i in written}) == 1
+    assert graph.loop.records == len(written)
     graph.loop.run_once(force=True)
-    assert graph.loop.records == 4  # written once; the write also nudged them
+    assert graph.loop.records == len(written)  # written once; the write also nudged them
     assert graph.loop.nudges == 0
-    assert set(plans_from(pods)) == {"default/g"}
+    assert set(plans_from(pods.values())) == {"default/g"}
 
 
 def test_a_follower_decides_nothing_and_a_new_leader_carries_the_plan_on() -> None:

@@ -139,18 +139,18 @@ def test_the_follower_takes_over_after_the_leader_is_killed(ha: HaCluster) -> No
     assert set(ha.proxy.routed) == {"muster-a", "muster-b"}
 
 
-def has_record(ha: HaCluster, ns: str, name: str) -> bool:
-    """Whether a pod carries a plan record yet."""
-    return PLAN in (ha.core.read_namespaced_pod(name, ns).metadata.annotations or {})
+def records_on(ha: HaCluster, ns: str, names: list[str]) -> list[str]:
+    """The plan records (``muster.io/plan``) the named pods carry so far."""
+    annotations = (ha.core.read_namespaced_pod(n, ns).metadata.annotations or {} for n in names)
+    return [a[PLAN] for a in annotations if a.get(PLAN)]
 
 
-def record_of(ha: HaCluster, ns: str, name: str) -> dict[str, Any]:
-    """The plan record (``muster.io/plan``) on a pod, decoded (waited for: the loop writes it
-    after the cycle that planned the gang, and a member may reach the barrier first)."""
-    wait_for(lambda: has_record(ha, ns, name), 30, f"the plan record on {ns}/{name}")
-    text = (ha.core.read_namespaced_pod(name, ns).metadata.annotations or {}).get(PLAN)
-    assert text, f"{ns}/{name} carries no plan record"
-    record: dict[str, Any] = json.loads(text)
+def record_of(ha: HaCluster, ns: str, names: list[str]) -> dict[str, Any]:
+    """The plan record (``muster.io/plan``) of the gang of the named members, decoded (waited
+    for: the loop writes it after the cycle that planned the gang, on the members
+    kube-scheduler has tried, or on one of them, and a member may reach the barrier first)."""
+    wait_for(lambda: records_on(ha, ns, names), 30, f"a plan record on {ns}/{names}")
+    record: dict[str, Any] = json.loads(records_on(ha, ns, names)[0])
     return record
 
 
@@ -187,7 +187,7 @@ def test_a_gang_half_way_through_its_bind_barrier_binds_whole_as_recorded(ha: Ha
     with BindingWatch(ha.core, ns) as seen:
         create(ha.core, ns, blocked_gang(ha, ns, "barrier", "job", gpus=2))
         wait_for(lambda: at_barrier(ha, "barrier/job") >= 2, 60, "members to wait at the barrier")
-        record = record_of(ha, ns, "job-0")
+        record = record_of(ha, ns, [f"job-{i}" for i in range(4)])
         dead = ha.kill_leader()
         assert f"barrier/job: plan {record['id']} carried on (4 members)" in carried(ha)
         assert bound_count(seen, "job", 4) == 0  # nothing bound while the gang is incomplete
@@ -213,10 +213,7 @@ def test_a_gang_killed_after_half_its_bindings_is_completed_not_doubled(ha: HaCl
     with BindingWatch(ha.core, ns) as seen:
         create(ha.core, ns, blocked_gang(ha, ns, "halfbound", "job", gpus=3))
         wait_for(lambda: at_barrier(ha, "halfbound/job") >= 1, 60, "members at the barrier")
-        # The loop writes the record after the cycle that planned the gang; a member may reach
-        # the barrier first.
-        wait_for(lambda: has_record(ha, ns, "job-0"), 30, "the plan record on job-0")
-        record = record_of(ha, ns, "job-0")
+        record = record_of(ha, ns, [f"job-{i}" for i in range(4)])
         text = json.dumps(record, sort_keys=True, separators=(",", ":"))
         dead = ha.kill_leader()
         uids = {p.metadata.name: p.metadata.uid for p in ha.core.list_namespaced_pod(ns).items}
@@ -275,7 +272,7 @@ def test_a_preemptor_keeps_the_room_its_victims_free_across_a_kill(ha: HaCluster
             return [p.metadata.name for p in pods if p.metadata.deletion_timestamp]
 
         victims = wait_for(evicting, 60, "the victims' eviction")
-        record = record_of(ha, ns, "high-0")
+        record = record_of(ha, ns, ["high-0"])
         assert record["victims"]
         dead = ha.kill_leader()
         assert f"victims/high: plan {record['id']} carried on (2 members)" in carried(ha)

@@ -37,7 +37,7 @@ def test_a_restarted_single_replica_finishes_a_gang_caught_at_its_barrier(one: H
     with BindingWatch(one.core, ns) as seen:
         create(one.core, ns, blocked_gang(one, ns, "restart", "job", gpus=2))
         wait_for(lambda: at_barrier(one, "restart/job") >= 2, 60, "members at the barrier")
-        record = record_of(one, ns, "job-0")
+        record = record_of(one, ns, [f"job-{i}" for i in range(4)])
         (replica,) = one.replicas
         replica.kill()
         replica.start()  # same port: the Service's endpoint comes back

@@ -37,6 +37,9 @@ class Plan:
     id: str = ""
     #: uid -> the record text last written on that member (the loop writes it once).
     recorded: dict[str, str] = field(default_factory=dict)
+    #: uid -> the record text that member was left without (one never tried by
+    #: kube-scheduler, while another member carries the plan; ``Planner.to_record``).
+    skipped: dict[str, str] = field(default_factory=dict)
     #: ``expires`` as epoch seconds, fixed when the plan is first recorded (0: not yet).
     expires_at: float = 0.0
 
@@ -60,6 +63,7 @@ class Plan:
             queue=self.queue,
             id=self.id,
             recorded=dict(self.recorded),
+            skipped=dict(self.skipped),
             expires_at=self.expires_at,
         )
 
