@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -25,7 +27,7 @@ def patch_node_annotation(api: ApiClient, node: str, key: str, value: str | None
     """
     core = CoreV1Api(api)
     try:
-        response = core.patch_node(
+        response: Any = core.patch_node(  # raw: _preload_content=False
             node,
             annotation_patch(key, value),
             _content_type="application/merge-patch+json",
