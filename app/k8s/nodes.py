@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -27,17 +25,13 @@ def patch_node_annotation(api: ApiClient, node: str, key: str, value: str | None
     """
     core = CoreV1Api(api)
     try:
-        response: Any = core.patch_node(  # raw: _preload_content=False
+        core.patch_node(
             node,
             annotation_patch(key, value),
             _content_type="application/merge-patch+json",
             _preload_content=False,
             _request_timeout=_TIMEOUT,
         )
-        try:
-            response.read()  # to its end, so the connection goes back to the pool
-        finally:
-            response.release_conn()
     except ApiException as exc:
         if exc.status == 404:
             raise MusterError(f"node {node!r} not found") from exc
