@@ -791,7 +791,7 @@ class Planner:
             now = self._clock()
             if (
                 not force
-                and self._cache.generation == self._last_generation
+                and self._cache.plan_generation <= self._last_generation
                 and not any(p.expires <= now for p in self._plans.values())
             ):
                 return []
@@ -800,11 +800,16 @@ class Planner:
                 return []
             self.cycles += 1
             started = time.perf_counter()
+            owner = self._cache.holds[0]
             session = Session(self._cache, self._plans)
             planned, head = self._run(session, now)
             applied = self._commit(session)
             self._head = head
             self._last_generation = applied.generation if applied.clean else session.statement.base
+            if self._cache.holds[0] != owner:
+                # The room the old owner's hold kept was not free for this cycle's gangs: the
+                # next one plans them there, without waiting for the cluster to change.
+                self._last_generation = -1
             if self._clock() - self._looked < LOOKED_RECENTLY:
                 self._publish()
             made = [(g, q) for g, q in planned if g in self._plans]

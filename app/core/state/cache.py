@@ -485,6 +485,7 @@ class ClusterCache:
         self._wall = time.time
         self._generation = 0
         self._placed_generation = 0
+        self._plan_generation = 0
         self._changes = ChangeLog()
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -660,7 +661,18 @@ class ClusterCache:
             and (not target or (old is not None and old.requests == pod.requests))
             and self._devices.held(pod.uid) == held_before
         )
-        self._bump(nodes=not usage_same, placed=counted or self._counted(pod.uid), uids=(pod.uid,))
+        placed = counted or self._counted(pod.uid)
+        # A waiting pod's new version that differs in nothing but kube-scheduler's
+        # PodScheduled condition (or in nothing Muster reads) gives planning nothing new: in
+        # a burst, kube-scheduler writes that condition on every pod it rejects, and each
+        # write would start a cycle.
+        quiet = (
+            not placed
+            and old is not None
+            and usage_same
+            and replace(pod, unschedulable=old.unschedulable) == old
+        )
+        self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
 
     def _counted(self, uid: str) -> bool:
         """Whether pod ``uid`` is placed, assumed or reserved (see ``placed_generation``)."""
@@ -1397,19 +1409,34 @@ class ClusterCache:
         self._synced = synced
 
     @property
+    def plan_generation(self) -> int:
+        """The generation of the last change a plan may depend on: every change but a pod's
+        new version that differs only in its ``PodScheduled`` condition (``Pod.unschedulable``,
+        read by the nudges, never by planning). A planner cycle is due only when it moved."""
+        return self._plan_generation
+
+    @property
     def placed_generation(self) -> int:
         """Increases on every change but those of pods that neither hold nor had a node
         (bound, binding or planned): a pending pod coming, changing or going leaves it."""
         return self._placed_generation
 
     def _bump(
-        self, *, nodes: bool = True, placed: bool = True, uids: tuple[str, ...] | None = None
+        self,
+        *,
+        nodes: bool = True,
+        placed: bool = True,
+        uids: tuple[str, ...] | None = None,
+        quiet: bool = False,
     ) -> None:
         """Something changed: a new generation; ``nodes``: node usage or nodes changed too;
         ``placed``: a pod that holds or held a node (or a plan's room) changed (implied by
         ``nodes``); ``uids``: the only pods whose facts changed (``ChangeLog``; None: not
-        said, so any may have)."""
+        said, so any may have); ``quiet``: nothing a plan depends on changed (see
+        ``plan_generation``)."""
         self._generation += 1
+        if not quiet:
+            self._plan_generation = self._generation
         self._changes.record(self._generation, uids)
         if nodes or placed:
             self._placed_generation = self._generation

@@ -1,0 +1,59 @@
+"""Which pod updates make a planner cycle due (``ClusterCache.plan_generation``).
+
+kube-scheduler 1.20 writes ``PodScheduled=False`` on every pod it rejects; in a burst of
+gangs that is one write per pod, and none of it changes what a plan may depend on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from app.core.model.values import Pod
+from app.core.state.gateway import InMemoryGateway
+from app.settings import Settings
+from app.wiring import build_cache, build_graph
+from tests.factories import node, pod
+
+LABELS = {"muster.io/pod-group": "g", "muster.io/min-member": "3"}
+
+#: (what the new version of the first member changes, whether a cycle is then due)
+ROWS: list[tuple[str, Callable[[Pod], Pod], bool]] = [
+    ("only its PodScheduled condition", lambda p: replace(p, unschedulable=True), False),
+    ("nothing Muster reads", lambda p: p, False),
+    ("a label", lambda p: replace(p, labels={**p.labels, "team": "a"}), True),
+    ("its requests", lambda p: replace(p, requests=p.requests._replace(cpu=2000)), True),
+    ("its condition and its priority", lambda p: replace(p, unschedulable=True, priority=5), True),
+]
+
+
+@pytest.mark.parametrize(("change", "due"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_a_waiting_pod_update_makes_a_cycle_due_only_if_planning_can_see_it(
+    change: Callable[[Pod], Pod], due: bool
+) -> None:
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    waiting = [pod(f"g-{i}", gpu=1, labels=LABELS) for i in range(2)]  # 2 of 3: no plan
+    cache.upsert_pods(waiting)
+    graph.planner.cycle()
+    before = graph.planner.cycles
+    cache.upsert_pods([change(waiting[0])])
+    graph.planner.cycle()
+    assert graph.planner.cycles - before == (1 if due else 0)
+    assert cache.snapshot().pods[waiting[0].uid] == change(waiting[0])  # kept all the same
+
+
+def test_a_planned_member_update_still_makes_a_cycle_due() -> None:
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    members = [pod(f"g-{i}", gpu=1, labels=LABELS) for i in range(3)]
+    cache.upsert_pods(members)
+    graph.planner.cycle()
+    assert graph.planner.plan("default/g") is not None
+    before = graph.planner.cycles
+    cache.upsert_pods([replace(members[0], unschedulable=True)])  # it holds a reservation
+    graph.planner.cycle()
+    assert graph.planner.cycles - before == 1
