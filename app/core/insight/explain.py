@@ -63,7 +63,7 @@ from app.core.state.queueusage import demand_of, queue_name
 from app.core.verbs.filter import filter_nodes
 
 #: How long a waiting member's told headline stays as it is (see ``Headlines._tell``).
-STEADY_SECONDS = 15.0
+STEADY_SECONDS = 60.0
 
 CATEGORIES = tuple(Category)
 STATES = tuple(JobState)
@@ -1468,10 +1468,13 @@ class Headlines:
             gang = outlook.gangs.get(spec.key)
             if gang is None or len(gang.members) != seen:
                 outlook = self.outlook(cycle, again=True)
-        if outlook is None:  # busy: the story told last, if any (a steady story)
+        if outlook is None:  # busy: the story told last, else the gang's last one, if any
             with self._lock:
                 said = self._said.get(pod.uid)
-            return said[0] if said is not None else None
+                if said is not None:
+                    return said[0]
+                last = self._memo.get(spec.key)
+                return self._tell(pod, last[1]) if last is not None else None
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == JobState.UNKNOWN:
             return None

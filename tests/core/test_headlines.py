@@ -1,0 +1,74 @@
+"""What filter tells kube-scheduler about a waiting gang member (``Headlines``): a steady
+story. kube-scheduler 1.20 writes a rejected pod's message into its PodScheduled condition,
+and records an Event, whenever the message changes; waiting pods are retried after every
+finished job, so a story that changed often meant a status write per retry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from app.core.insight.explain import STEADY_SECONDS, Headlines
+from app.core.model.values import Pod
+from app.core.state.gateway import InMemoryGateway
+from app.settings import Settings
+from app.wiring import build_cache, build_graph
+from tests.factories import node, pod
+
+BIG = {"muster.io/pod-group": "big", "muster.io/min-member": "2"}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    #: Seconds after the first answer when the member is asked again.
+    later: float
+    #: The planner is busy with a cycle when asked again (its look answers None).
+    busy: bool
+    #: Asked again about the other member (never told before) instead of the first.
+    other: bool
+    #: "first": the story told first; "new": the story as it now is.
+    told: str
+
+
+ROWS = [
+    Row("story changed within the steady time: the first stays", STEADY_SECONDS / 2, False,
+        False, "first"),
+    Row("story changed, steady time over: the new one", STEADY_SECONDS + 1, False, False, "new"),
+    Row("another member: the story as it now is", 1.0, False, True, "new"),
+    Row("planner busy: the story told last", STEADY_SECONDS + 1, True, False, "first"),
+    Row("planner busy, never told: the gang's last story, with its category", 1.0, True, True,
+        "first"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_a_told_story_stays_steady(row: Row) -> None:
+    now = [0.0]
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
+    cache.upsert_pods(members)
+    graph.planner.cycle(force=True)
+    busy = [False]
+    headlines = Headlines(
+        lambda: None if busy[0] else graph.planner.look(wait=False),
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    first = headlines(members[0])
+    assert first is not None and first.startswith("capacity: ")
+    # 4 of the node's GPUs go to a running pod: the story's numbers change.
+    cache.upsert_pods([pod("single", gpu=4, node="n0", phase="Running")])
+    graph.planner.cycle(force=True)
+    now[0] += row.later
+    busy[0] = row.busy
+    asked: Pod = members[1] if row.other else members[0]
+    told = headlines(asked)
+    busy[0] = False
+    fresh = Headlines(lambda: graph.planner.look(wait=False), lambda: graph.planner.cycles)(asked)
+    assert fresh is not None and fresh != first  # the story did change
+    assert told == (first if row.told == "first" else fresh)
