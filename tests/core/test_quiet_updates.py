@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
 from app.wiring import build_cache, build_graph
@@ -57,3 +58,36 @@ def test_a_planned_member_update_still_makes_a_cycle_due() -> None:
     cache.upsert_pods([replace(members[0], unschedulable=True)])  # it holds a reservation
     graph.planner.cycle()
     assert graph.planner.cycles - before == 1
+
+
+#: (what happens to the running pod on the only node, whether the waiting gang's member is
+#: then planned by its own filter call, before the loop's next cycle)
+ROOM_ROWS = [
+    ("deleted", lambda cache, p: cache.delete_pod(p.uid), True),
+    ("finished", lambda cache, p: cache.upsert_pods([replace(p, phase="Succeeded")]), True),
+    (
+        "relabelled, still running",
+        lambda cache, p: cache.upsert_pods([replace(p, labels={"x": "y"})]),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "planned"), [r[1:] for r in ROOM_ROWS], ids=[r[0] for r in ROOM_ROWS]
+)
+def test_a_member_retried_when_room_comes_back_is_planned_by_its_filter_call(
+    change: Callable[[ClusterCache, Pod], None], planned: bool
+) -> None:
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    graph.planner.driven = True  # as under the loop: filter plans on demand only when due
+    cache.upsert_nodes([node("n0", gpus=8)])
+    running = pod("running", gpu=8, node="n0", phase="Running")
+    members = [pod(f"g-{i}", gpu=2, labels=LABELS) for i in range(3)]
+    cache.upsert_pods([running, *members])
+    graph.planner.cycle()
+    assert graph.planner.plan("default/g") is None
+    change(cache, running)
+    verdict = graph.planner.verdict(members[0])
+    assert bool(verdict.node) == planned

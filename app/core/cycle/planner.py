@@ -255,7 +255,7 @@ class Planner:
         self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
         plan = self._plans.get(spec.key)
         if (plan is None or pod.uid not in plan.members) and (
-            not self.driven or self._news_of(spec.key)
+            not self.driven or self._news_of(spec.key) or self._due()
         ):
             short = self._short_of_members(spec.key, spec.min_member)
             if short:
@@ -290,6 +290,18 @@ class Planner:
             if spec is None or spec.min_member != minimum or spec.problem or spec.notes:
                 return ""  # a cycle says what is wrong with the gang
         return f"waiting for members: {len(members)} of {minimum} exist"
+
+    def _due(self) -> bool:
+        """Whether a node's room was given back since the last cycle (a pod that held it
+        went or finished).
+
+        Then filter plans on demand too: kube-scheduler retries every waiting pod the moment
+        a running pod goes, before the loop's next poll; a member rejected then, its gang
+        planned a moment later, would wait out kube-scheduler's backoff (up to 2 s with the
+        shipped profile). The first retried member pays for the cycle; the rest are answered
+        from it. Other changes (pods arriving, binds) leave it to the loop, so a burst of new
+        pods does not put a cycle in kube-scheduler's way per filter call."""
+        return self._cache.freed_generation > self._last_generation
 
     def _news_of(self, gang: str) -> bool:
         """Whether ``gang`` gained or lost members since the last cycle looked at it.

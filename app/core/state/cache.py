@@ -486,6 +486,7 @@ class ClusterCache:
         self._generation = 0
         self._placed_generation = 0
         self._plan_generation = 0
+        self._freed_generation = 0
         self._changes = ChangeLog()
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
@@ -673,6 +674,8 @@ class ClusterCache:
             and replace(pod, unschedulable=old.unschedulable) == old
         )
         self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
+        if where_before and not target:
+            self._freed_generation = self._generation
 
     def _counted(self, uid: str) -> bool:
         """Whether pod ``uid`` is placed, assumed or reserved (see ``placed_generation``)."""
@@ -776,6 +779,8 @@ class ClusterCache:
             placed_before = uid in self._placement
             self._move(uid, old.requests, old.requests, "")
             self._bump(nodes=placed_before, placed=counted, uids=(uid,))
+            if placed_before:
+                self._freed_generation = self._generation
         self._queue_key.pop(uid, None)
 
     def _move(
@@ -1414,6 +1419,12 @@ class ClusterCache:
         new version that differs only in its ``PodScheduled`` condition (``Pod.unschedulable``,
         read by the nudges, never by planning). A planner cycle is due only when it moved."""
         return self._plan_generation
+
+    @property
+    def freed_generation(self) -> int:
+        """The generation of the last change that gave a node's room back: a pod that held
+        a node went, finished, or lost its placement."""
+        return self._freed_generation
 
     @property
     def placed_generation(self) -> int:
