@@ -82,6 +82,9 @@ NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recor
 #: Seconds after which a planned member that has not reached filter since its nudge is
 #: nudged again (see ``Planner.to_nudge``).
 RENUDGE = 1.0
+#: Seconds filter waits for a running cycle when a node's room came back since the last one
+#: (see ``Planner.verdict``); within issue 12's bound on a filter call's wait for a cycle.
+FREED_WAIT = 0.005
 #: Seconds after a look (explain, what-if, the census) during which each cycle publishes what
 #: the next look reads should it come while a cycle runs (see ``Planner.look``).
 LOOKED_RECENTLY = 30.0
@@ -209,9 +212,15 @@ class Planner:
         self._reported: set[tuple[object, str]] = set()
 
     @contextmanager
-    def _held(self, wait: bool) -> Iterator[bool]:
-        """The planner's lock for the block, if ``wait`` or it is free now; yields whether."""
-        held = self._lock.acquire(blocking=wait)
+    def _held(self, wait: bool, timeout: float = 0.0) -> Iterator[bool]:
+        """The planner's lock for the block, if ``wait``, or it is free now (or within
+        ``timeout`` seconds); yields whether."""
+        if wait:
+            held = self._lock.acquire()
+        elif timeout > 0:
+            held = self._lock.acquire(timeout=timeout)
+        else:
+            held = self._lock.acquire(blocking=False)
         try:
             yield held
         finally:
@@ -254,15 +263,18 @@ class Planner:
             return Verdict()
         self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
         plan = self._plans.get(spec.key)
+        due = False
         if (plan is None or pod.uid not in plan.members) and (
-            not self.driven or self._news_of(spec.key) or self._due()
+            not self.driven or self._news_of(spec.key) or (due := self._due())
         ):
             short = self._short_of_members(spec.key, spec.min_member)
             if short:
                 return Verdict(spec.key, "", f"gang {spec.key}: {short}")
             if self._leads is not None and not self._leads():
                 return Verdict(spec.key, "", f"gang {spec.key}: {NOT_LEADING}")
-            with self._held(False) as held:
+            # Room came back: the loop's cycle that plans into it may be under way; a member
+            # rejected now would wait out kube-scheduler's backoff, so wait a little for it.
+            with self._held(False, FREED_WAIT if due else 0.0) as held:
                 if not held:
                     reason = self._reasons.get(spec.key) or BUSY
                     return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
