@@ -5,11 +5,14 @@ gangs that is one write per pod, and none of it changes what a plan may depend o
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
+from app.core.cycle import planner as planner_module
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
@@ -91,3 +94,49 @@ def test_a_member_retried_when_room_comes_back_is_planned_by_its_filter_call(
     change(cache, running)
     verdict = graph.planner.verdict(members[0])
     assert bool(verdict.node) == planned
+
+
+WAIT_ROWS = [
+    ("the running pod went: waits, planned", True, True),
+    ("a new node came: answered from the last cycle at once", False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("freed", "planned"), [r[1:] for r in WAIT_ROWS], ids=[r[0] for r in WAIT_ROWS]
+)
+def test_a_retry_after_room_came_back_waits_for_the_running_cycle(
+    monkeypatch: pytest.MonkeyPatch, freed: bool, planned: bool
+) -> None:
+    """While the loop's cycle runs, filter waits for it only when a node's room came back;
+    either way the loop's cycle plans the gang."""
+    monkeypatch.setattr(planner_module, "FREED_WAIT", 10.0)  # the mechanism, not the timing
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    planner = graph.planner
+    planner.driven = True
+    cache.upsert_nodes([node("n0", gpus=8)])
+    running = pod("running", gpu=8, node="n0", phase="Running")
+    members = [pod(f"g-{i}", gpu=2, labels=LABELS) for i in range(3)]
+    cache.upsert_pods([running, *members])
+    planner.cycle()  # gives the gang the head-of-line hold: the next cycle is due at once
+    planner.cycle()
+    if freed:
+        cache.delete_pod(running.uid)
+    else:
+        cache.upsert_nodes([node("n1", gpus=8)])
+    inside = threading.Event()
+
+    def loop_cycle() -> None:  # the loop's cycle, slow to start
+        with planner._lock:
+            inside.set()
+            time.sleep(0.2)
+            planner.cycle()
+
+    thread = threading.Thread(target=loop_cycle)
+    thread.start()
+    inside.wait(5)
+    verdict = planner.verdict(members[0])
+    thread.join()
+    assert bool(verdict.node) == planned
+    assert planner.plan("default/g") is not None
