@@ -72,3 +72,30 @@ def test_a_told_story_stays_steady(row: Row) -> None:
     fresh = Headlines(lambda: graph.planner.look(wait=False), lambda: graph.planner.cycles)(asked)
     assert fresh is not None and fresh != first  # the story did change
     assert told == (first if row.told == "first" else fresh)
+
+
+def test_a_story_of_missing_members_gives_way_at_once() -> None:
+    """'waiting for members' stops being true when the last member comes: the next story is
+    told within the steady time."""
+    now = [0.0]
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
+    cache.upsert_pods(members[:1])
+    graph.planner.cycle(force=True)
+    headlines = Headlines(
+        lambda: graph.planner.look(wait=False),
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    first = headlines(members[0])
+    assert first is not None and first.startswith("gang-incomplete: "), first
+    cache.upsert_pods(members[1:])
+    graph.planner.cycle(force=True)
+    now[0] += 1.0
+    told = headlines(members[0])
+    assert told is not None and told.startswith("capacity: "), told
+    now[0] += 1.0
+    assert headlines(members[0]) == told  # and that one is held

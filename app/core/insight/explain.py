@@ -1500,7 +1500,9 @@ class Headlines:
 
     def _tell(self, pod: Pod, text: str) -> str:
         """The headline to give for ``pod``: ``text``, unless the pod was told another one
-        less than ``steady`` seconds ago (then that one again).
+        less than ``steady`` seconds ago (then that one again) and that one still holds: a
+        story of missing members (or of nothing blocking) is replaced at once, since it stops
+        being true rather than changing its numbers.
 
         kube-scheduler writes a rejected pod's message into its PodScheduled condition when
         the message changes, and before 1.27 that update puts the pod straight back into its
@@ -1510,7 +1512,9 @@ class Headlines:
         """
         now = self._clock()
         said = self._said.get(pod.uid)
-        if said is not None and (said[0] == text or now - said[1] < self._steady):
+        if said is not None and (
+            said[0] == text or (now - said[1] < self._steady and not _passing(said[0]))
+        ):
             return said[0]
         if len(self._said) > 16384:
             self._said.clear()
@@ -1526,3 +1530,12 @@ class Headlines:
         with self._lock:
             news, self._news = self._news, []
         return news
+
+
+#: Stories that stop being true (the members came, nothing blocks) rather than change.
+_PASSING = tuple(f"{c}:" for c in (Category.GANG_INCOMPLETE, Category.NONE))
+
+
+def _passing(told: str) -> bool:
+    """Whether a told headline is one a new story replaces at once (see ``Headlines._tell``)."""
+    return told.startswith(_PASSING)
