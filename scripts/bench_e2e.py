@@ -74,6 +74,8 @@ MUSTER_COMMAND = [sys.executable, "-m", "app.cli"]
 
 #: (podInitialBackoffSeconds, podMaxBackoffSeconds) instead of the shipped profile's.
 BACKOFF: tuple[int, int] | None = None
+#: Where the contention scenario writes each pod's life (``--timeline``), if anywhere.
+TIMELINE: Path | None = None
 
 
 def shipped_backoff() -> tuple[int, int]:
@@ -147,6 +149,13 @@ class PodLife:
     node: str = ""
     gone: float | None = None
     evicted: bool = False
+    #: When kube-scheduler first marked it unschedulable, and how many distinct
+    #: ``PodScheduled=False`` messages it wrote (each a synchronous status write).
+    rejected: float | None = None
+    messages: int = 0
+    #: When Muster first nudged it (``muster.io/planned``).
+    nudged: float | None = None
+    _message: str = ""
 
 
 def drain(response: Any) -> None:
@@ -235,6 +244,15 @@ class Tracker:
                 life.bound, life.node, changed = now, node, True
                 self.used[node] += 1
                 self.most[node] = max(self.most[node], self.used[node])
+            for cond in obj.get("status", {}).get("conditions") or ():
+                told = cond.get("message", "")
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
+                    told != life._message
+                ):
+                    life._message, life.messages = told, life.messages + 1
+                    life.rejected = now if life.rejected is None else life.rejected
+            if life.nudged is None and "muster.io/planned" in (meta.get("annotations") or {}):
+                life.nudged = now
             if meta.get("deletionTimestamp") and life.gone is None:
                 life.evicted = True
                 changed = True
@@ -592,6 +610,8 @@ def run_contention(
             j: max(run.created.get(f"{j}-{i}", end) for i in range(n)) for j, (n, _) in jobs.items()
         }
         figures = contention_figures(run.tracker, jobs, capacity, start, end, ready)
+        if TIMELINE is not None:
+            TIMELINE.write_text(json.dumps(_timeline(run, start), indent=0))
         figures.update(
             {
                 "fill_seconds": first - start,
@@ -603,6 +623,29 @@ def run_contention(
             }
         )
         return figures
+
+
+def _timeline(run: Run, start: float) -> list[dict[str, Any]]:
+    """Each pod's life, seconds from ``start`` (for ``--timeline``)."""
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else round(t - start, 3)
+
+    with run.tracker.lock:
+        lives = dict(run.tracker.pods)
+    return [
+        {
+            "pod": name,
+            "job": life.job,
+            "created": at(run.created.get(name)),
+            "rejected": at(life.rejected),
+            "messages": life.messages,
+            "nudged": at(life.nudged),
+            "bound": at(life.bound),
+            "gone": at(life.gone),
+        }
+        for name, life in sorted(lives.items())
+    ]
 
 
 def _all_gone(tracker: Tracker, jobs: dict[str, tuple[int, float]]) -> bool:
@@ -899,9 +942,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar=("INITIAL", "MAX"),
         help="kube-scheduler's pod backoff seconds (default: the shipped profile's)",
     )
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        help="write each contention pod's life (created, rejected, nudged, bound, gone) here",
+    )
     args = parser.parse_args(argv)  # fmt: skip
-    global BACKOFF
+    global BACKOFF, TIMELINE
     BACKOFF = tuple(args.backoff) if args.backoff else None
+    TIMELINE = args.timeline
     sizes = Sizes(trials=args.trials, declare=not args.undeclared)
     results = run(sizes, time_scale=args.time_scale, only=args.only, systems=args.systems,
                   log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
