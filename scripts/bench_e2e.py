@@ -40,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ MUSTER_COMMAND = [sys.executable, "-m", "app.cli"]
 BACKOFF: tuple[int, int] | None = None
 #: Where the contention scenario writes each pod's life (``--timeline``), if anywhere.
 TIMELINE: Path | None = None
+#: kube-scheduler's /metrics while a system runs (read for the contention diagnostics).
+SCHEDULER_METRICS = ""
 
 
 def shipped_backoff() -> tuple[int, int]:
@@ -399,8 +401,10 @@ def system(cp: ControlPlane, name: str) -> Iterator[str]:
         finally:
             cp.stop_scheduler()
         return
+    global SCHEDULER_METRICS
     with muster_process(cp) as url:
         cp.start_scheduler(scheduler_config("muster", url + "/"))
+        SCHEDULER_METRICS = cp.scheduler_metrics_url
         try:
             yield url
         finally:
@@ -596,9 +600,11 @@ def run_contention(
             rng.shuffle(bodies)
         with Kubelet(core, run.ns, jobs) as kubelet:
             run.tracker.listeners.append(kubelet.on_change)
+            before = _diagnostics(muster)
             start = run.create(bodies, in_order=not shuffled)
             first = run.wait(lambda: len(kubelet.started) >= min(fit, len(jobs)), 600,
                              "the cluster to fill")  # fmt: skip
+            at_fill = _diagnostics(muster)
             limit = 20 * s.runtime * scale + 300
             end = run.wait(
                 lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs), limit,
@@ -610,6 +616,11 @@ def run_contention(
             j: max(run.created.get(f"{j}-{i}", end) for i in range(n)) for j, (n, _) in jobs.items()
         }
         figures = contention_figures(run.tracker, jobs, capacity, start, end, ready)
+        if muster:
+            figures["diagnostics"] = {
+                "fill": _delta(at_fill, before),
+                "after_fill": _delta(_diagnostics(muster), at_fill),
+            }
         if TIMELINE is not None:
             TIMELINE.write_text(json.dumps(_timeline(run, start), indent=0))
         figures.update(
@@ -623,6 +634,45 @@ def run_contention(
             }
         )
         return figures
+
+
+#: (metric family, label that must be present) summed for the diagnostics: Muster's filter
+#: calls and kube-scheduler's scheduling attempts by result.
+_SERIES = {
+    "filter": ("muster_extender_request_duration_seconds", 'verb="filter"'),
+    "bind": ("muster_extender_request_duration_seconds", 'verb="bind"'),
+    "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", 'result="scheduled"'),
+    "attempt_unschedulable": (
+        "scheduler_e2e_scheduling_duration_seconds", 'result="unschedulable"'),
+    "attempt_error": ("scheduler_e2e_scheduling_duration_seconds", 'result="error"'),
+}  # fmt: skip
+
+
+def _diagnostics(muster: str) -> dict[str, float]:
+    """Sums and counts of ``_SERIES`` from Muster's and kube-scheduler's /metrics now."""
+    text = ""
+    for url in (f"{muster}/metrics", SCHEDULER_METRICS):
+        if url and url != "/metrics":
+            with suppress(httpx.HTTPError):
+                text += httpx.get(url, timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        for key, (family, label) in _SERIES.items():
+            for part in ("sum", "count"):
+                if line.startswith(f"{family}_{part}{{") and label in line:
+                    out[f"{key}_{part}"] = out.get(f"{key}_{part}", 0.0) + float(line.split()[-1])
+    return out
+
+
+def _delta(now: dict[str, float], then: dict[str, float]) -> dict[str, float]:
+    """Calls and mean milliseconds per series between two ``_diagnostics``."""
+    out: dict[str, float] = {}
+    for key in _SERIES:
+        count = now.get(f"{key}_count", 0.0) - then.get(f"{key}_count", 0.0)
+        total = now.get(f"{key}_sum", 0.0) - then.get(f"{key}_sum", 0.0)
+        out[f"{key}_calls"] = count
+        out[f"{key}_mean_ms"] = round(1000 * total / count, 2) if count else 0.0
+    return out
 
 
 def _timeline(run: Run, start: float) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.core.insight.explain import STEADY_SECONDS, Headlines
+from app.core.insight.explain import REUSE_SECONDS, STEADY_SECONDS, Headlines
 from app.core.model.values import Pod
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
@@ -36,7 +36,9 @@ ROWS = [
     Row("story changed within the steady time: the first stays", STEADY_SECONDS / 2, False,
         False, "first"),
     Row("story changed, steady time over: the new one", STEADY_SECONDS + 1, False, False, "new"),
-    Row("another member: the story as it now is", 1.0, False, True, "new"),
+    Row("another member: the story as it now is", REUSE_SECONDS + 1, False, True, "new"),
+    Row("another member within the reuse time, same members: the gang's story as worked out",
+        REUSE_SECONDS / 2, False, True, "first"),
     Row("planner busy: the story told last", STEADY_SECONDS + 1, True, False, "first"),
     Row("planner busy, never told: the gang's last story, with its category", 1.0, True, True,
         "first"),
@@ -99,3 +101,36 @@ def test_a_story_of_missing_members_gives_way_at_once() -> None:
     assert told is not None and told.startswith("capacity: "), told
     now[0] += 1.0
     assert headlines(members[0]) == told  # and that one is held
+
+
+def test_a_held_story_is_told_again_without_looking() -> None:
+    """A member retried within the steady time gets its story without the planner being
+    looked at or the gang explained (each retry of hundreds of waiting pods was a look)."""
+    now = [0.0]
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
+    cache.upsert_pods(members)
+    graph.planner.cycle(force=True)
+    looks = [0]
+
+    def look() -> object:
+        looks[0] += 1
+        return graph.planner.look(wait=False)
+
+    headlines = Headlines(
+        look,  # type: ignore[arg-type]
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    first = headlines(members[0])
+    assert first is not None and looks[0] == 1
+    cache.upsert_pods([pod("single", gpu=4, node="n0", phase="Running")])
+    graph.planner.cycle(force=True)
+    now[0] += 1.0
+    assert headlines(members[0]) == first
+    assert looks[0] == 1
+    assert headlines(members[1]) != first  # never told: the story as it now is
+    assert looks[0] == 2

@@ -64,6 +64,9 @@ from app.core.verbs.filter import filter_nodes
 
 #: How long a waiting member's told headline stays as it is (see ``Headlines._tell``).
 STEADY_SECONDS = 60.0
+#: How long a gang's headline, once worked out, is given to its other members while the gang
+#: keeps its members (see ``Headlines._fresh``).
+REUSE_SECONDS = 1.0
 
 CATEGORIES = tuple(Category)
 STATES = tuple(JobState)
@@ -1435,10 +1438,12 @@ class Headlines:
         *,
         clock: Callable[[], float] = time.monotonic,
         steady: float = STEADY_SECONDS,
+        reuse: float = REUSE_SECONDS,
         members: Callable[[str], int] | None = None,
     ) -> None:
         """A member's told headline changes at most once per ``steady`` seconds of ``clock``
-        (see ``_tell``). ``members`` (if any) says how many members a gang has in the cache
+        (see ``_tell``); a gang's headline is worked out again at most once per ``reuse``
+        seconds while its members stay (``_fresh``). ``members`` (if any) says how many members a gang has in the cache
         now: a gang whose count differs from the cycle's look (members came without a cycle,
         as filter runs none for a gang short of members) is looked at again."""
         self._look = look
@@ -1446,8 +1451,10 @@ class Headlines:
         self._members = members
         self._clock = clock
         self._steady = steady
+        self._reuse = reuse
         self._lock = threading.Lock()
-        self._memo: dict[str, tuple[tuple[int, int], str]] = {}
+        #: gang -> ((cycle, members), when worked out, headline)
+        self._memo: dict[str, tuple[tuple[int, int], float, str]] = {}
         self._outlook: tuple[int, Outlook] | None = None
         self._said: dict[str, tuple[str, float]] = {}
         self._news: list[tuple[Pod, str]] = []
@@ -1460,9 +1467,12 @@ class Headlines:
         cycle = self._cycles()
         seen = self._members(spec.key) if self._members is not None else -1
         with self._lock:
+            held = self._held(pod)
+            if held is not None:  # whatever the story is now, this one is told (``_tell``)
+                return held
             hit = self._memo.get(spec.key)
-            if hit is not None and hit[0] == (cycle, seen):
-                return self._tell(pod, hit[1])
+            if hit is not None and self._fresh(hit, cycle, seen):
+                return self._tell(pod, hit[2])
         outlook = self.outlook(cycle)
         if outlook is not None and seen >= 0:
             gang = outlook.gangs.get(spec.key)
@@ -1474,7 +1484,7 @@ class Headlines:
                 if said is not None:
                     return said[0]
                 last = self._memo.get(spec.key)
-                return self._tell(pod, last[1]) if last is not None else None
+                return self._tell(pod, last[2]) if last is not None else None
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == JobState.UNKNOWN:
             return None
@@ -1482,8 +1492,19 @@ class Headlines:
         with self._lock:
             if len(self._memo) > 4096:
                 self._memo.clear()
-            self._memo[spec.key] = ((cycle, seen), text)
+            self._memo[spec.key] = ((cycle, seen), self._clock(), text)
             return self._tell(pod, text)
+
+    def _fresh(self, hit: tuple[tuple[int, int], float, str], cycle: int, seen: int) -> bool:
+        """Whether a gang's headline worked out earlier is told as it is: worked out in this
+        cycle, or less than ``reuse`` seconds ago with the same members (and not one that
+        gives way at once). During a burst of arriving pods the planner cycles every few
+        tens of milliseconds; each first-told member would otherwise pay for explaining its
+        gang again, inside kube-scheduler's one-pod-at-a-time loop."""
+        (then, members), when, text = hit
+        if members != seen:
+            return False
+        return then == cycle or (self._clock() - when < self._reuse and not _passing(text))
 
     def outlook(self, cycle: int | None = None, *, again: bool = False) -> Outlook | None:
         """The planner's outlook, looked at once per planner cycle (``cycle``: the current
@@ -1497,6 +1518,16 @@ class Headlines:
                     return None
                 self._outlook = (cycle, look)
             return self._outlook[1]
+
+    def _held(self, pod: Pod) -> str | None:
+        """The story ``pod`` was told if ``_tell`` would give it again whatever the new one
+        (told less than ``steady`` seconds ago, and not one that gives way at once): then
+        the gang's story need not be worked out at all (kube-scheduler retries every waiting
+        pod after each finished job)."""
+        said = self._said.get(pod.uid)
+        if said is None or self._clock() - said[1] >= self._steady or _passing(said[0]):
+            return None
+        return said[0]
 
     def _tell(self, pod: Pod, text: str) -> str:
         """The headline to give for ``pod``: ``text``, unless the pod was told another one
