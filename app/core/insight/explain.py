@@ -1443,9 +1443,10 @@ class Headlines:
     ) -> None:
         """A member's told headline changes at most once per ``steady`` seconds of ``clock``
         (see ``_tell``); a gang's headline is worked out again at most once per ``reuse``
-        seconds while its members stay (``_fresh``). ``members`` (if any) says how many members a gang has in the cache
-        now: a gang whose count differs from the cycle's look (members came without a cycle,
-        as filter runs none for a gang short of members) is looked at again."""
+        seconds while its members stay (``_fresh``). ``members`` (if any) says how many
+        members a gang has in the cache now: a gang whose count differs from the cycle's look
+        (members came without a cycle, as filter runs none for a gang short of members) is
+        looked at again."""
         self._look = look
         self._cycles = cycles
         self._members = members
