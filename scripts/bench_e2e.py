@@ -155,7 +155,7 @@ class PodLife:
     #: ``PodScheduled=False`` messages it wrote (each a synchronous status write).
     rejected: float | None = None
     messages: int = 0
-    #: When Muster first nudged it (``muster.io/planned``).
+    #: When Muster first nudged it (``muster.io/planned``, or its plan record ``muster.io/plan``).
     nudged: float | None = None
     _message: str = ""
 
@@ -253,7 +253,8 @@ class Tracker:
                 ):
                     life._message, life.messages = told, life.messages + 1
                     life.rejected = now if life.rejected is None else life.rejected
-            if life.nudged is None and "muster.io/planned" in (meta.get("annotations") or {}):
+            notes = meta.get("annotations") or {}
+            if life.nudged is None and ("muster.io/planned" in notes or "muster.io/plan" in notes):
                 life.nudged = now
             if meta.get("deletionTimestamp") and life.gone is None:
                 life.evicted = True
@@ -641,6 +642,7 @@ def run_contention(
 _SERIES = {
     "filter": ("muster_extender_request_duration_seconds", 'verb="filter"'),
     "bind": ("muster_extender_request_duration_seconds", 'verb="bind"'),
+    "cycle": ("muster_planner_cycle_duration_seconds", ""),
     "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", 'result="scheduled"'),
     "attempt_unschedulable": (
         "scheduler_e2e_scheduling_duration_seconds", 'result="unschedulable"'),
@@ -659,7 +661,7 @@ def _diagnostics(muster: str) -> dict[str, float]:
     for line in text.splitlines():
         for key, (family, label) in _SERIES.items():
             for part in ("sum", "count"):
-                if line.startswith(f"{family}_{part}{{") and label in line:
+                if line.startswith(f"{family}_{part}") and label in line:
                     out[f"{key}_{part}"] = out.get(f"{key}_{part}", 0.0) + float(line.split()[-1])
     return out
 
