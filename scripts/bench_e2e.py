@@ -545,13 +545,19 @@ class Sizes:
     declare: bool = True
 
 
-def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, float]:
+def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, Any]:
     with scenario(core, muster, "singles", s.nodes) as run:
         bodies = [pod_body(f"p{i}", run.ns, run.ns) for i in range(s.singles)]
+        before = _diagnostics(muster) if muster else {}
         start = run.create(bodies)
         end = run.wait(lambda: run.tracker.bound_count() == s.singles, 300, "singles bound")
         took = end - start
-        return {"seconds": took, "rate": s.singles / took, "overcommit": run.tracker.overcommit()}
+        figures: dict[str, Any] = {
+            "seconds": took, "rate": s.singles / took, "overcommit": run.tracker.overcommit()
+        }  # fmt: skip
+        if muster:
+            figures["diagnostics"] = _delta(_diagnostics(muster), before)
+        return figures
 
 
 def run_gangs(
@@ -641,6 +647,7 @@ def run_contention(
 #: calls and kube-scheduler's scheduling attempts by result.
 _SERIES = {
     "filter": ("muster_extender_request_duration_seconds", 'verb="filter"'),
+    "prioritize": ("muster_extender_request_duration_seconds", 'verb="prioritize"'),
     "bind": ("muster_extender_request_duration_seconds", 'verb="bind"'),
     "cycle": ("muster_planner_cycle_duration_seconds", ""),
     "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", 'result="scheduled"'),

@@ -3,6 +3,7 @@ TLS connections; a half-written pair keeps the old one; HTTP and HTTPS serve one
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import ssl
@@ -112,9 +113,11 @@ def test_unloadable_pair_is_refused_before_listening(tmp_path: Path) -> None:
 class CountingSource:
     def __init__(self) -> None:
         self.starts = self.stops = 0
+        self.loop = ""
 
     def start(self) -> None:
         self.starts += 1
+        self.loop = type(asyncio.get_running_loop()).__module__
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stops += 1
@@ -136,6 +139,8 @@ def test_both_listeners_serve_one_app_and_the_lifespan_runs_once(tmp_path: Path)
             assert plain.post(f"{served.http_url}/mutate", content="{}").status_code == 400
             assert tls.post(f"{served.https_url}/mutate", content="{}").status_code == 400
         assert (source.starts, source.stops) == (1, 0)
+        # uvloop's loop, not asyncio's (see app.server.event_loop).
+        assert source.loop.startswith("uvloop"), source.loop
         # Startup state is kept out of full garbage collections (see MusterServer.serve).
         assert gc.get_freeze_count() > 0
     gc.unfreeze()
