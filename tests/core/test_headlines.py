@@ -11,9 +11,10 @@ import pytest
 
 from app.core.insight.explain import REUSE_SECONDS, STEADY_SECONDS, Headlines
 from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
-from app.wiring import build_cache, build_graph
+from app.wiring import Graph, build_cache, build_graph
 from tests.factories import node, pod
 
 BIG = {"muster.io/pod-group": "big", "muster.io/min-member": "2"}
@@ -45,15 +46,22 @@ ROWS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_a_told_story_stays_steady(row: Row) -> None:
-    now = [0.0]
+def big_gang(created: int) -> tuple[ClusterCache, Graph, list[Pod]]:
+    """A cache with one 8-GPU node and the first ``created`` members of a gang of two 8-GPU
+    members (16 GPUs on 8: it waits), after one planner cycle; the members, all of them."""
     cache = build_cache(Settings())
     graph = build_graph(Settings(), cache, InMemoryGateway(cache))
     cache.upsert_nodes([node("n0", gpus=8)])
-    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
-    cache.upsert_pods(members)
+    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]
+    cache.upsert_pods(members[:created])
     graph.planner.cycle(force=True)
+    return cache, graph, members
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_a_told_story_stays_steady(row: Row) -> None:
+    now = [0.0]
+    cache, graph, members = big_gang(2)
     busy = [False]
     headlines = Headlines(
         lambda: None if busy[0] else graph.planner.look(wait=False),
@@ -80,12 +88,7 @@ def test_a_story_of_missing_members_gives_way_at_once() -> None:
     """'waiting for members' stops being true when the last member comes: the next story is
     told within the steady time."""
     now = [0.0]
-    cache = build_cache(Settings())
-    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
-    cache.upsert_nodes([node("n0", gpus=8)])
-    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
-    cache.upsert_pods(members[:1])
-    graph.planner.cycle(force=True)
+    cache, graph, members = big_gang(1)
     headlines = Headlines(
         lambda: graph.planner.look(wait=False),
         lambda: graph.planner.cycles,
@@ -107,12 +110,7 @@ def test_a_held_story_is_told_again_without_looking() -> None:
     """A member retried within the steady time gets its story without the planner being
     looked at or the gang explained (each retry of hundreds of waiting pods was a look)."""
     now = [0.0]
-    cache = build_cache(Settings())
-    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
-    cache.upsert_nodes([node("n0", gpus=8)])
-    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]  # 16 GPUs on 8
-    cache.upsert_pods(members)
-    graph.planner.cycle(force=True)
+    cache, graph, members = big_gang(2)
     looks = [0]
 
     def look() -> object:
