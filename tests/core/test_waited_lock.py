@@ -53,8 +53,14 @@ def steps_kept_waiting(lock: WaitedLock) -> int | None:
 
 
 def test_a_waiter_gets_the_lock_at_the_next_release() -> None:
-    lags = [steps_kept_waiting(WaitedLock()) for _ in range(20)]
-    assert all(lag is None or lag <= 2 for lag in lags), lags
+    """Most waits end at the next release or the one after. Not every one: the waiting
+    thread may be off its core when the lock is handed over (a loaded CI machine once showed
+    one wait of 11 steps in 20). Without the hand-over the loop went on for hundreds to
+    thousands of steps in most waits, and within two in about a quarter of them."""
+    lags = [lag for _ in range(40) if (lag := steps_kept_waiting(WaitedLock())) is not None]
+    assert len(lags) >= 5, lags  # enough waits seen to judge
+    prompt = sum(lag <= 2 for lag in lags)
+    assert prompt >= 0.75 * len(lags), lags
 
 
 def test_a_lock_taken_again_inside_is_handed_over_only_when_released_for_good() -> None:
