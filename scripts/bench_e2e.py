@@ -49,6 +49,7 @@ import httpx
 import kubernetes.client
 import yaml
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 for extra in (ROOT, ROOT / "scripts", ROOT / "tests" / "e2e"):
@@ -607,11 +608,11 @@ def run_contention(
             rng.shuffle(bodies)
         with Kubelet(core, run.ns, jobs) as kubelet:
             run.tracker.listeners.append(kubelet.on_change)
-            before = _diagnostics(muster)
+            before = _diagnostics(muster) if muster else {}
             start = run.create(bodies, in_order=not shuffled)
             first = run.wait(lambda: len(kubelet.started) >= min(fit, len(jobs)), 600,
                              "the cluster to fill")  # fmt: skip
-            at_fill = _diagnostics(muster)
+            at_fill = _diagnostics(muster) if muster else {}
             limit = 20 * s.runtime * scale + 300
             end = run.wait(
                 lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs), limit,
@@ -643,17 +644,17 @@ def run_contention(
         return figures
 
 
-#: (metric family, label that must be present) summed for the diagnostics: Muster's filter
-#: calls and kube-scheduler's scheduling attempts by result.
-_SERIES = {
-    "filter": ("muster_extender_request_duration_seconds", 'verb="filter"'),
-    "prioritize": ("muster_extender_request_duration_seconds", 'verb="prioritize"'),
-    "bind": ("muster_extender_request_duration_seconds", 'verb="bind"'),
-    "cycle": ("muster_planner_cycle_duration_seconds", ""),
-    "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", 'result="scheduled"'),
+#: (histogram, labels it must carry) summed for the diagnostics: Muster's verbs and planner
+#: cycles, and kube-scheduler's scheduling attempts by result.
+_SERIES: dict[str, tuple[str, dict[str, str]]] = {
+    "filter": ("muster_extender_request_duration_seconds", {"verb": "filter"}),
+    "prioritize": ("muster_extender_request_duration_seconds", {"verb": "prioritize"}),
+    "bind": ("muster_extender_request_duration_seconds", {"verb": "bind"}),
+    "cycle": ("muster_planner_cycle_duration_seconds", {}),
+    "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", {"result": "scheduled"}),
     "attempt_unschedulable": (
-        "scheduler_e2e_scheduling_duration_seconds", 'result="unschedulable"'),
-    "attempt_error": ("scheduler_e2e_scheduling_duration_seconds", 'result="error"'),
+        "scheduler_e2e_scheduling_duration_seconds", {"result": "unschedulable"}),
+    "attempt_error": ("scheduler_e2e_scheduling_duration_seconds", {"result": "error"}),
 }  # fmt: skip
 
 
@@ -661,15 +662,15 @@ def _diagnostics(muster: str) -> dict[str, float]:
     """Sums and counts of ``_SERIES`` from Muster's and kube-scheduler's /metrics now."""
     text = ""
     for url in (f"{muster}/metrics", SCHEDULER_METRICS):
-        if url and url != "/metrics":
-            with suppress(httpx.HTTPError):
-                text += httpx.get(url, timeout=10).text
+        with suppress(httpx.HTTPError):
+            text += httpx.get(url, timeout=10).text
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        for key, (family, label) in _SERIES.items():
-            for part in ("sum", "count"):
-                if line.startswith(f"{family}_{part}") and label in line:
-                    out[f"{key}_{part}"] = out.get(f"{key}_{part}", 0.0) + float(line.split()[-1])
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for key, (name, labels) in _SERIES.items():
+                for part in ("sum", "count"):
+                    if sample.name == f"{name}_{part}" and labels.items() <= sample.labels.items():
+                        out[f"{key}_{part}"] = out.get(f"{key}_{part}", 0.0) + sample.value
     return out
 
 

@@ -1542,15 +1542,12 @@ class Headlines:
         through kube-scheduler, ahead of the members Muster had just planned.
         ``/explain`` always gives the live story.
         """
-        now = self._clock()
         said = self._said.get(pod.uid)
-        if said is not None and (
-            said[0] == text or (now - said[1] < self._steady and not _passing(said[0]))
-        ):
+        if said is not None and (said[0] == text or self._held(pod) is not None):
             return said[0]
         if len(self._said) > 16384:
             self._said.clear()
-        self._said[pod.uid] = (text, now)
+        self._said[pod.uid] = (text, self._clock())
         if len(self._news) < 4096:  # beyond that, kube-scheduler's own events still tell it
             self._news.append((pod, text))
         return text
