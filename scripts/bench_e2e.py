@@ -8,9 +8,16 @@ of the shipped ``scheduler-config/`` profile. Every scenario gets its own namesp
 nodes (deleted afterwards). An event-driven fake kubelet starts a job once all its pods are
 bound and completes it by deleting them after its runtime.
 
+A third system, "null", runs the singles only: kube-scheduler with Muster's profile calling a
+null extender (``bench_extender.create_null_app``: the same HTTP stack and request parsing,
+every node feasible, every score 0, the Binding created as Muster creates it). It decides
+nothing (so it over-commits GPUs); its rate is the floor of any extender on this machine.
+
 Scenarios (issue 12's targets):
 
-* ``singles``: 400 x 1-GPU pods on 50 x 8-GPU nodes, all submitted at once: bind rate.
+* ``singles``: 400 x 1-GPU pods on 50 x 8-GPU nodes, all submitted at once: bind rate. Run
+  ``--singles-trials`` times (default 3), the systems taking turns within each trial so that
+  the machine's drift hits them alike; the median run of each is reported.
 * ``gangs``: 50 x 8-pod gangs on the same 50 nodes (room for all), and 150 gangs (three times
   the capacity, job order): time until a capacity's worth is bound whole, against
   kube-scheduler alone binding the same number of single pods.
@@ -57,6 +64,7 @@ for extra in (ROOT, ROOT / "scripts", ROOT / "tests" / "e2e"):
         sys.path.insert(0, str(extra))
 
 import benchproc  # noqa: E402
+from benchproc import child_server  # noqa: E402
 from controlplane import (  # noqa: E402
     GPU_RESOURCE,
     ControlPlane,
@@ -68,9 +76,11 @@ from harness import SCHEDULER_CONFIG  # noqa: E402
 
 GPUS_PER_NODE = 8
 SHIPPED_PROFILE = ROOT / "scheduler-config" / "muster-profile.yaml"
-SYSTEMS = ("alone", "muster")
+SYSTEMS = ("alone", "null", "muster")
 #: How the benchmark starts Muster (a child process, so it does not share this one's GIL).
 MUSTER_COMMAND = [sys.executable, "-m", "app.cli"]
+#: The null extender's server (``--serve null``).
+NULL_EXTENDER = ROOT / "scripts" / "bench_extender.py"
 
 
 #: (podInitialBackoffSeconds, podMaxBackoffSeconds) instead of the shipped profile's.
@@ -395,7 +405,19 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
 
 @contextmanager
 def system(cp: ControlPlane, name: str) -> Iterator[str]:
-    """kube-scheduler alone, or Muster + kube-scheduler with Muster as extender."""
+    """kube-scheduler alone, Muster + kube-scheduler with Muster as extender, or the null
+    extender in Muster's place; yields the extender's URL ("" alone)."""
+    if name == "null":
+        args = ["--serve", "null", "--kubeconfig", str(cp.kubeconfig)]
+        with child_server(NULL_EXTENDER, args) as url:
+            wait_for(lambda: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60,
+                     "the null extender")  # fmt: skip
+            cp.start_scheduler(scheduler_config("muster", url + "/"))
+            try:
+                yield url
+            finally:
+                cp.stop_scheduler()
+        return
     if name == "alone":
         cp.start_scheduler(scheduler_config("alone"))
         try:
@@ -544,6 +566,8 @@ class Sizes:
     trials: int = 5
     #: whether contention jobs declare their runtime (``muster.io/expected-runtime``)
     declare: bool = True
+    #: singles runs per system (the median is reported)
+    singles_trials: int = 3
 
 
 def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, Any]:
@@ -559,6 +583,12 @@ def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dic
         if muster:
             figures["diagnostics"] = _delta(_diagnostics(muster), before)
         return figures
+
+
+def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median rate (the lower one of an even count), with every run's rate."""
+    ranked = sorted(runs, key=lambda r: r["rate"])
+    return {**ranked[(len(ranked) - 1) // 2], "rates": [r["rate"] for r in runs]}
 
 
 def run_gangs(
@@ -882,12 +912,22 @@ def run(
         api.configuration.connection_pool_maxsize = 16
         core = kubernetes.client.CoreV1Api(api)
         priority_classes(core)
+        if "singles" in only:
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+            for trial in range(sizes.singles_trials):
+                for name in systems:
+                    with system(cp, name) as url:
+                        runs[name].append(run_singles(core, url if name == "muster" else "",
+                                                      sizes))  # fmt: skip
+                    log(f"{name} singles, trial {trial + 1}: {runs[name][-1]}")
+            for name, done in runs.items():
+                results.figures[name]["singles"] = median_run(done)
+        rest = [s for s in only if s != "singles"]
         for name in systems:
+            if name == "null" or not rest:
+                continue
             with system(cp, name) as muster:
                 out = results.figures[name]
-                if "singles" in only:
-                    out["singles"] = run_singles(core, muster, sizes)
-                    log(f"{name} singles: {out['singles']}")
                 if "gangs" in only:
                     out["gangs"] = run_gangs(core, muster, sizes, 1)
                     log(f"{name} gangs with room: {out['gangs']}")
@@ -902,6 +942,10 @@ def run(
                     log(f"{name} preemption: {out['preemption']}")
         api.close()
     return results
+
+
+def _rates(rates: Sequence[float]) -> str:
+    return ", ".join(f"{r:.0f}" for r in rates)
 
 
 def _ratio(a: float, b: float) -> str:
@@ -920,6 +964,14 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
         m, a = muster["singles"], alone["singles"]
         row(f"1 singles: {sizes.singles} pods bind rate (pods/s)", f"{m['rate']:.0f}",
             f"{a['rate']:.0f}", f"{100 * m['rate'] / a['rate']:.0f}%", ">= 80%")  # fmt: skip
+        if len(m["rates"]) > 1:
+            row(f"1   median of {len(m['rates'])} runs each; all runs",
+                _rates(m["rates"]), _rates(a["rates"]), "", "")  # fmt: skip
+        null = results.figures.get("null", {}).get("singles")
+        if null:
+            row("1   a null extender in Muster's place (its median; all runs)",
+                f"{null['rate']:.0f} ({_rates(null['rates'])})", f"{a['rate']:.0f}",
+                f"{100 * null['rate'] / a['rate']:.0f}%", "")  # fmt: skip
     if "gangs" in muster and "singles" in alone:
         base = alone["singles"]["seconds"] * (muster["gangs"]["pods"] / sizes.singles)
         for key, label in (("gangs", "2a gangs with room"),
@@ -988,6 +1040,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="multiply job runtimes (60 s +- 50%%) by this (quick run: 0.1)",
     )
     parser.add_argument("--trials", type=int, default=5, help="preemption trials (default 5)")
+    parser.add_argument(
+        "--singles-trials", type=int, default=3, help="singles runs per system (default 3)"
+    )
     parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument(
@@ -1011,7 +1066,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     global BACKOFF, TIMELINE
     BACKOFF = tuple(args.backoff) if args.backoff else None
     TIMELINE = args.timeline
-    sizes = Sizes(trials=args.trials, declare=not args.undeclared)
+    if args.singles_trials < 1:
+        parser.error("--singles-trials must be at least 1")
+    sizes = Sizes(trials=args.trials, declare=not args.undeclared,
+                  singles_trials=args.singles_trials)  # fmt: skip
     results = run(sizes, time_scale=args.time_scale, only=args.only, systems=args.systems,
                   log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
     print(report(results, sizes, args.time_scale))

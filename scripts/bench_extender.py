@@ -58,6 +58,7 @@ of HTTP measurement and half as many in-process (defaults: under about two minut
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import gc
 import importlib.util
@@ -72,7 +73,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -85,12 +86,16 @@ from pydantic import TypeAdapter  # noqa: E402
 from app.api import wire  # noqa: E402
 from app.core.gpu.table import GpuTable  # noqa: E402
 from app.core.model.clusterfile import load_cluster_file  # noqa: E402
+from app.core.model.errors import GatewayError  # noqa: E402
 from app.core.model.labels import GPU_IDS  # noqa: E402
 from app.core.model.parse import pod_from_dict  # noqa: E402
 from app.core.model.values import Pod  # noqa: E402
 from app.core.verbs.filter import filter_nodes  # noqa: E402
 from scripts.benchproc import Latency, child_server  # noqa: E402
 from scripts.gen_cluster import write_cluster  # noqa: E402
+
+if TYPE_CHECKING:
+    from app.k8s.gateway import KubeGateway
 
 #: p50 targets (ms) for filter+prioritize over HTTP, by node count; ratio target for all sizes.
 TARGET_P50_MS: dict[int, float] = {500: 0.5, 5000: 1.5}
@@ -148,8 +153,12 @@ def cluster_node_names(path: Path) -> list[str]:
 # -- the servers ---------------------------------------------------------------------------
 
 
-def create_null_app() -> FastAPI:
-    """An extender that schedules nothing but pays the same protocol cost as Muster."""
+def create_null_app(gateway: KubeGateway | None = None) -> FastAPI:
+    """An extender that schedules nothing but pays the same protocol cost as Muster.
+
+    With ``gateway`` it also binds, as Muster does for a pod on its own (the Binding created
+    through the same ``KubeGateway`` in a worker thread), and answers ``/readyz``: the floor
+    of any extender on a real kube-scheduler (``bench_e2e``'s null system)."""
     app = FastAPI(title="null extender")
 
     @app.post("/filter")
@@ -167,6 +176,26 @@ def create_null_app() -> FastAPI:
     @app.get("/ping")
     async def ping() -> Response:
         return Response(b"")
+
+    if gateway is not None:
+        bind_one = gateway.bind
+
+        @app.post("/bind")
+        async def null_bind(request: Request) -> Response:
+            args = wire.ExtenderBindingArgs.model_validate_json(await request.body())
+            error = ""
+            try:
+                await asyncio.to_thread(
+                    bind_one, args.PodNamespace, args.PodName, args.PodUID, args.Node
+                )
+            except GatewayError as exc:
+                error = str(exc)
+            answer = wire.ExtenderBindingResult(Error=error)
+            return Response(answer.model_dump_json(), media_type="application/json")
+
+        @app.get("/readyz")
+        async def ready() -> Response:
+            return Response(b"ok")
 
     return app
 
@@ -204,9 +233,12 @@ def timed(app: ASGIApp) -> ASGIApp:
     return wrapper
 
 
-def serve(kind: str, cluster: Path | None, fill: Path | None = None) -> None:
+def serve(
+    kind: str, cluster: Path | None, fill: Path | None = None, kubeconfig: Path | None = None
+) -> None:
     """Child process: serve ``kind`` ("muster" or "null") on an ephemeral loopback port;
-    Muster's cache first learns the bound pods of ``fill`` (see ``fill_pods``)."""
+    Muster's cache first learns the bound pods of ``fill`` (see ``fill_pods``); the null
+    extender binds through the API server of ``kubeconfig`` if given."""
     import uvicorn
 
     if kind == "muster":
@@ -216,6 +248,11 @@ def serve(kind: str, cluster: Path | None, fill: Path | None = None) -> None:
         app = create_app(Settings(mode="standalone", cluster_file=cluster))
         if fill is not None:
             app.state.muster.cache.upsert_pods(load_fill(fill))
+    elif kubeconfig is not None:
+        from app.k8s.config import load_api_client
+        from app.k8s.gateway import KubeGateway
+
+        app = create_null_app(KubeGateway(load_api_client(str(kubeconfig))))
     else:
         app = create_null_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -657,9 +694,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--serve", choices=("muster", "null"), help=argparse.SUPPRESS)
     parser.add_argument("--cluster", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--fill", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.cluster, args.fill)
+        serve(args.serve, args.cluster, args.fill, args.kubeconfig)
         return 0
     if args.requests < 1:
         parser.error("--requests must be at least 1")

@@ -34,3 +34,22 @@ def test_idle_counts_waiting_work_and_whole_jobs_apart(bench: ModuleType) -> Non
     assert figures["fill_ready_seconds"] == 0.0
     assert figures["reuse_n"] == 1 and figures["reuse_p50"] == pytest.approx(1.0)
     assert figures["makespan_ratio"] == pytest.approx(5.0 / 3.0)
+
+
+@pytest.mark.parametrize(
+    ("rates", "median"),
+    [
+        ([50.0], 50.0),
+        ([57.0, 45.0, 52.0], 52.0),
+        ([60.0, 40.0], 40.0),  # even count: the lower of the two middle runs
+        ([44.0, 61.0, 49.0, 53.0], 49.0),
+    ],
+)
+def test_singles_report_the_median_run_with_every_rate(
+    bench: ModuleType, rates: list[float], median: float
+) -> None:
+    runs = [{"rate": r, "seconds": 400 / r} for r in rates]
+    chosen = bench.median_run(runs)
+    assert chosen["rate"] == median
+    assert chosen["seconds"] == 400 / median  # the figures of that one run
+    assert chosen["rates"] == rates  # in the order they ran

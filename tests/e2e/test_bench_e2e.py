@@ -24,10 +24,17 @@ def test_every_scenario_runs_on_both_systems_and_muster_keeps_gangs_whole(
 ) -> None:
     sizes = bench.Sizes(
         nodes=3, singles=16, over=2, contention_nodes=2, contention_jobs=5,
-        runtime=10.0, preempt_nodes=2, trials=1,
+        runtime=10.0, preempt_nodes=2, trials=1, singles_trials=2,
     )  # fmt: skip
     results = bench.run(sizes, time_scale=0.1, log=lambda _: None)
     muster, alone = results.figures["muster"], results.figures["alone"]
+    # The null extender runs the singles only, taking turns with the others in every trial.
+    null = results.figures["null"]
+    assert set(null) == {"singles"}
+    for figures in (muster, alone, null):
+        singles = figures["singles"]
+        assert len(singles["rates"]) == 2
+        assert singles["rate"] == min(singles["rates"])  # the lower median of two
     for figures in (muster, alone):
         assert set(figures) == {"singles", "gangs", "gangs_over", "contention", "preemption"}
         assert figures["singles"]["overcommit"] == 0
@@ -45,5 +52,6 @@ def test_every_scenario_runs_on_both_systems_and_muster_keeps_gangs_whole(
     assert len(preemption["times"]) == 1
     print(bench.report(results, sizes, 0.1))
     table = capsys.readouterr().out
-    for target in ("1 singles", "2a gangs", "2b gangs", "3 makespan", "4 preemption"):
+    for target in ("1 singles", "null extender", "2a gangs", "2b gangs", "3 makespan",
+                   "4 preemption"):  # fmt: skip
         assert target in table
