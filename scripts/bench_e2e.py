@@ -593,13 +593,14 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def run_gangs(
     core: kubernetes.client.CoreV1Api, muster: str, s: Sizes, factor: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """``factor`` x the cluster's worth of gangs, job order; time until a capacity's worth
     of gangs is bound whole."""
     fit = s.nodes * GPUS_PER_NODE // s.gang_size
     with scenario(core, muster, f"gangs{factor}x", s.nodes) as run:
         jobs = [f"g{k:03d}" for k in range(fit * factor)]
         bodies = gang_bodies(run.ns, jobs, s.gang_size)
+        before = _diagnostics(muster) if muster else {}
         box: list[float] = []
         creator = threading.Thread(target=lambda: box.append(run.create(bodies)))
         begin = time.monotonic()
@@ -613,14 +614,21 @@ def run_gangs(
                                "the cluster to fill")  # fmt: skip
         finally:
             creator.join()
-        took = end - (box[0] if box else begin)
-        return {
+        start = box[0] if box else begin
+        took = end - start
+        figures: dict[str, Any] = {
             "seconds": took,
             "whole": whole_gangs(run.tracker, jobs, s.gang_size),
             "pods": fit * s.gang_size,
             "partial": partial_gangs(run.tracker, s.gang_size) if factor == 1 else 0,
             "overcommit": run.tracker.overcommit(),
         }
+        ready = [run.created.get(b["metadata"]["name"]) for b in bodies[: fit * s.gang_size]]
+        if all(t is not None for t in ready):
+            figures["ready_seconds"] = max(t for t in ready if t is not None) - start
+        if muster:
+            figures["diagnostics"] = _delta(_diagnostics(muster), before)
+        return figures
 
 
 def run_contention(
