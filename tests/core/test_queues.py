@@ -205,3 +205,33 @@ def test_bad_queue_file_at_start_is_refused(tmp_path: Path) -> None:
     path.write_text("queues: nope")
     with pytest.raises(InvalidInput, match="expected a non-empty list"):
         QueueFile(path)
+
+
+@pytest.mark.parametrize(
+    ("config", "queue", "ok", "measured"),
+    [
+        ("queues: [{name: default}]", "default", True, False),
+        ("queues: [{name: default}, {name: b, parent: default}]", "b", True, False),
+        ("queues: [{name: default}]", "missing", False, True),  # admit names the queue
+        ("queues: [{name: default, limit: {nvidia.com/gpu: 0}}]", "default", False, True),
+        ("queues: [{name: default, guaranteed: {nvidia.com/gpu: 8}}]", "default", True, True),
+    ],
+)
+def test_quota_check_measures_usage_only_where_a_queue_could_refuse(
+    tmp_path: Path, config: str, queue: str, ok: bool, measured: bool
+) -> None:
+    """A filter call for a pod on its own checks its queue's quota; with no limit or
+    guarantee anywhere the answer is yes whatever the usage, and usage is not measured."""
+    from app.core.cycle.planner import Planner
+    from app.core.state.cache import ClusterCache
+    from tests.factories import pod
+
+    path = tmp_path / "queues.yaml"
+    path.write_text(config)
+    planner = Planner(ClusterCache(), queues=QueueFile(path))
+    calls: list[int] = []
+    usage = planner.usage
+    planner.usage = lambda *a: calls.append(1) or usage(*a)  # type: ignore[method-assign]
+    status = planner.quota_check(pod("p", gpu=1, labels={"muster.io/queue": queue}))
+    assert status.ok is ok
+    assert bool(calls) is measured

@@ -61,7 +61,7 @@ from app.core.policies.drf import order_key
 from app.core.policies.gangorder import LongestFirst
 from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
-from app.core.policies.proportion import admit
+from app.core.policies.proportion import admit, admits_anything
 from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.diff import changed_pods
@@ -350,8 +350,8 @@ class Planner:
         """For a pod scheduled on its own: whether its queue admits it now (see ``admit``)."""
         config = self._queues.config
         queue = queue_name(pod, config, self._scheduler_name)
-        if queue is None:
-            return SUCCESS
+        if queue is None or admits_anything(config, queue):
+            return SUCCESS  # usage is not measured: kube-scheduler waits for every filter
         return admit(self.usage(), queue, demand_of([pod]))
 
     def backfill_ok(self, pod: Pod) -> bool:

@@ -108,6 +108,12 @@ def admit(usage: QueueUsage, queue: str, demand: np.ndarray) -> Status:
 _last_open: tuple[QueueConfig, bool] | None = None
 
 
+def admits_anything(config: QueueConfig, queue: str) -> bool:
+    """Whether ``admit`` lets any demand into ``queue`` whatever the usage: the queue exists
+    and ``config`` has no limit or guarantee anywhere (so callers need not measure usage)."""
+    return queue in config.queues and _admits_all(config)
+
+
 def _admits_all(config: QueueConfig) -> bool:
     """Whether ``config`` admits any demand in any of its queues: no queue has a limit or a
     guarantee, and every queue borrows (as ``OPEN``, the configuration without a queue file).
