@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.core.insight.explain import REUSE_SECONDS, STEADY_SECONDS, Headlines
+from app.core.insight.explain import COUNTED_SECONDS, REUSE_SECONDS, STEADY_SECONDS, Headlines
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
@@ -132,3 +132,57 @@ def test_a_held_story_is_told_again_without_looking() -> None:
     assert looks[0] == 1
     assert headlines(members[1]) != first  # never told: the story as it now is
     assert looks[0] == 2
+
+
+@dataclass(frozen=True)
+class Arrival:
+    name: str
+    #: Seconds after the gang was first explained when the next member comes and is asked.
+    later: float
+    #: Looks at the planner this answer took.
+    looks: int
+
+
+ARRIVALS = [
+    Arrival("a member comes: the count tells the story, no look", 0.5, 0),
+    Arrival("long after the gang was explained: explained again", COUNTED_SECONDS + 1, 1),
+]
+
+
+@pytest.mark.parametrize("row", ARRIVALS, ids=lambda r: r.name)
+def test_a_gang_short_of_members_is_told_from_its_count(row: Arrival) -> None:
+    """While shuffled members arrive, a gang found short of members is told 'k of n' from
+    the cache's count, without a look: the story is the one the explanation gives."""
+    now = [0.0]
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    labels = {"muster.io/pod-group": "slow", "muster.io/min-member": "4"}
+    members = [pod(f"slow-{i}", gpu=1, labels=labels) for i in range(4)]
+    cache.upsert_pods(members[:1])
+    looks = [0]
+
+    def look() -> object:
+        looks[0] += 1
+        return graph.planner.look(wait=False)
+
+    headlines = Headlines(
+        look,  # type: ignore[arg-type]
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    first = headlines(members[0])
+    assert first is not None and first.startswith("gang-incomplete: 1 of 4"), first
+    cache.upsert_pods(members[1:3])  # no cycle: filter runs none for a gang short of members
+    now[0] += row.later
+    before = looks[0]
+    told = headlines(members[2])
+    explained = Headlines(lambda: graph.planner.look(wait=False), lambda: graph.planner.cycles,
+                          members=cache.gang_size_of)(members[2])  # fmt: skip
+    assert told == explained
+    assert told is not None and told.startswith("gang-incomplete: 3 of 4"), told
+    assert looks[0] - before == row.looks
+    cache.upsert_pods(members[3:])  # complete: its story is no longer one of counting
+    graph.planner.cycle(force=True)
+    assert not (headlines(members[3]) or "").startswith("gang-incomplete")

@@ -26,6 +26,11 @@ LABELS = {"muster.io/pod-group": "g", "muster.io/min-member": "3"}
 ROWS: list[tuple[str, Callable[[Pod], Pod], bool]] = [
     ("only its PodScheduled condition", lambda p: replace(p, unschedulable=True), False),
     ("nothing Muster reads", lambda p: p, False),
+    ("Muster's own plan record and nudge (their echo)",
+     lambda p: replace(p, annotations={**p.annotations, "muster.io/plan": "x",
+                                       "muster.io/planned": "g@1"}), False),
+    ("its own notes and another annotation",
+     lambda p: replace(p, annotations={"muster.io/plan": "x", "team": "a"}), True),
     ("a label", lambda p: replace(p, labels={**p.labels, "team": "a"}), True),
     ("its requests", lambda p: replace(p, requests=p.requests._replace(cpu=2000)), True),
     ("its condition and its priority", lambda p: replace(p, unschedulable=True, priority=5), True),
@@ -47,6 +52,33 @@ def test_a_waiting_pod_update_makes_a_cycle_due_only_if_planning_can_see_it(
     graph.planner.cycle()
     assert graph.planner.cycles - before == (1 if due else 0)
     assert cache.snapshot().pods[waiting[0].uid] == change(waiting[0])  # kept all the same
+
+
+#: (members of a gang of min-member 3 there before, whether the next one makes a cycle due)
+ARRIVAL_ROWS = [
+    ("the second member: still short", 1, False),
+    ("the last member: the gang can be planned", 2, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "due"), [r[1:] for r in ARRIVAL_ROWS], ids=[r[0] for r in ARRIVAL_ROWS]
+)
+def test_a_new_member_makes_a_cycle_due_only_once_its_gang_has_them_all(
+    before: int, due: bool
+) -> None:
+    """Shuffled gangs arrive a member at a time: no cycle can plan a gang short of members."""
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=8)])
+    members = [pod(f"g-{i}", gpu=1, labels=LABELS) for i in range(3)]
+    cache.upsert_pods(members[:before])
+    graph.planner.cycle()
+    cycles = graph.planner.cycles
+    cache.upsert_pods([members[before]])
+    graph.planner.cycle()
+    assert graph.planner.cycles - cycles == (1 if due else 0)
+    assert (graph.planner.plan("default/g") is not None) is due
 
 
 def test_a_planned_member_update_still_makes_a_cycle_due() -> None:

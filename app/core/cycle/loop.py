@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from app.core.cycle.planner import Eviction, Planner
 from app.core.model.errors import GatewayError
-from app.core.model.labels import GANG_GATE, PLAN_RECORD
+from app.core.model.labels import GANG_GATE, PLAN_RECORD, PLANNED_NUDGE
 from app.core.model.values import Pod
 from app.core.state.gateway import Gateway
 from app.core.state.journal import Journal, Victim
@@ -27,7 +27,7 @@ from app.core.state.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
 T = TypeVar("T")
-PLANNED_ANNOTATION = "muster.io/planned"
+PLANNED_ANNOTATION = PLANNED_NUDGE
 #: The Event reason for a waiting gang member's story (``category: summary (gang KEY)``).
 WAITING_REASON = "GangWaiting"
 #: The Event reason for a gang whose own keys and group object (PodGroup ...) disagree.

@@ -67,6 +67,9 @@ STEADY_SECONDS = 60.0
 #: How long a gang's headline, once worked out, is given to its other members while the gang
 #: keeps its members (see ``Headlines._fresh``).
 REUSE_SECONDS = 1.0
+#: How long a gang found short of members is told so from its member count alone, as members
+#: come, before it is explained again (see ``Headlines._counted``).
+COUNTED_SECONDS = 5.0
 
 CATEGORIES = tuple(Category)
 STATES = tuple(JobState)
@@ -281,15 +284,20 @@ def _busy_summary(o: Outlook, job: Job, state: JobState) -> str:
     return f"running on {_spread(n for n in nodes if n)}"
 
 
+def incomplete_summary(members: int, min_member: int) -> str:
+    """The story of a gang short of members (``Category.GANG_INCOMPLETE``)."""
+    missing = min_member - members
+    return (
+        f"{members} of {min_member} members exist; it starts once "
+        f"{missing} more {'is' if missing == 1 else 'are'} created"
+    )
+
+
 def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation) -> None:
     """Set ``out.category`` and ``out.summary`` to the first blocker of a waiting job."""
     if job.gang is not None and len(job.members) < job.min_member:
-        missing = job.min_member - len(job.members)
         out.category = Category.GANG_INCOMPLETE
-        out.summary = (
-            f"{len(job.members)} of {job.min_member} members exist; it starts once "
-            f"{missing} more {'is' if missing == 1 else 'are'} created"
-        )
+        out.summary = incomplete_summary(len(job.members), job.min_member)
         return
     if job.gang is not None and job.gang.problem:
         out.category, out.summary = Category.CONSTRAINTS, job.gang.problem
@@ -1456,6 +1464,8 @@ class Headlines:
         self._lock = threading.Lock()
         #: gang -> ((cycle, members), when worked out, headline)
         self._memo: dict[str, tuple[tuple[int, int], float, str]] = {}
+        #: gang found short of members -> (its minimum, when explained so)
+        self._short: dict[str, tuple[int, float]] = {}
         self._outlook: tuple[int, Outlook] | None = None
         self._said: dict[str, tuple[str, float]] = {}
         self._news: list[tuple[Pod, str]] = []
@@ -1474,6 +1484,9 @@ class Headlines:
             hit = self._memo.get(spec.key)
             if hit is not None and self._fresh(hit, cycle, seen):
                 return self._tell(pod, hit[2])
+            counted = self._counted(spec.key, seen)
+            if counted is not None:
+                return self._tell(pod, counted)
         outlook = self.outlook(cycle)
         if outlook is not None and seen >= 0:
             gang = outlook.gangs.get(spec.key)
@@ -1490,11 +1503,32 @@ class Headlines:
         if answer.state == JobState.UNKNOWN:
             return None
         text = f"{answer.headline} (gang {spec.key})"
+        gang = outlook.gangs.get(spec.key)
         with self._lock:
             if len(self._memo) > 4096:
                 self._memo.clear()
+                self._short.clear()
             self._memo[spec.key] = ((cycle, seen), self._clock(), text)
+            if answer.category == Category.GANG_INCOMPLETE and gang is not None:
+                self._short[spec.key] = (gang.min_member, self._clock())
+            else:
+                self._short.pop(spec.key, None)
             return self._tell(pod, text)
+
+    def _counted(self, gang: str, seen: int) -> str | None:
+        """The story of a gang explained as short of members less than ``COUNTED_SECONDS``
+        ago, now that it has ``seen`` members, if it is still short: the explanation would
+        give it (a gang without all its members is never planned, so missing members stay
+        its first blocker). While shuffled pods arrive, every first-told member's gang has a
+        new member count, so each would otherwise be looked at and explained, inside
+        kube-scheduler's one-pod-at-a-time loop."""
+        short = self._short.get(gang)
+        if short is None or seen < 1:
+            return None
+        minimum, when = short
+        if seen >= minimum or self._clock() - when >= COUNTED_SECONDS:
+            return None
+        return f"{Category.GANG_INCOMPLETE}: {incomplete_summary(seen, minimum)} (gang {gang})"
 
     def _fresh(self, hit: tuple[tuple[int, int], float, str], cycle: int, seen: int) -> bool:
         """Whether a gang's headline worked out earlier is told as it is: worked out in this

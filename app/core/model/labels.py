@@ -37,6 +37,12 @@ TOPOLOGY_PREFERRED = "muster.io/topology-preferred"
 #: A gang's plan, written on each planned member (and carried by its Binding) so that the
 #: next leader, or a restarted Muster, carries on with it (``app.core.cycle.records``).
 PLAN_RECORD = "muster.io/plan"
+#: Set on a member of a newly planned gang so kube-scheduler retries it now
+#: (``app.core.cycle.loop``).
+PLANNED_NUDGE = "muster.io/planned"
+#: Annotations only Muster writes on pods, which planning never reads back: their echo from
+#: the API server gives a planner cycle nothing new.
+OWN_NOTES = frozenset({PLAN_RECORD, PLANNED_NUDGE})
 #: The head-of-line hold in force, on the leader's Lease (``app.core.cycle.records``).
 HOLD_RECORD = "muster.io/hold"
 #: Where the leader serves the extender verbs, on its Lease (followers forward to it).

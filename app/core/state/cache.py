@@ -29,6 +29,7 @@ from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall
 from app.core.model.errors import BindRejected
 from app.core.model.gang import explicit_queue, gang_spec
 from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
+from app.core.model.labels import OWN_NOTES
 from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
@@ -629,6 +630,7 @@ class ClusterCache:
             pod = replace(pod, node_name=old.node_name)
         pod = self._attach_group(pod, old)
         self._pods[pod.uid] = pod
+        short = False
         if (
             old is None
             or old.labels is not pod.labels
@@ -639,7 +641,9 @@ class ClusterCache:
             self._unindex_gang(pod.uid)
             if spec is not None:
                 self._gang_of[pod.uid] = spec.key
-                self._gang_index.setdefault(spec.key, set()).add(pod.uid)
+                members = self._gang_index.setdefault(spec.key, set())
+                members.add(pod.uid)
+                short = spec.min_member is not None and len(members) < spec.min_member
             self._queue_key[pod.uid] = queue_key(pod, spec is not None)
         target = ""
         if not pod.terminal:
@@ -663,15 +667,22 @@ class ClusterCache:
             and self._devices.held(pod.uid) == held_before
         )
         placed = counted or self._counted(pod.uid)
-        # A waiting pod's new version that differs in nothing but kube-scheduler's
-        # PodScheduled condition (or in nothing Muster reads) gives planning nothing new: in
-        # a burst, kube-scheduler writes that condition on every pod it rejects, and each
-        # write would start a cycle.
+        # Planning learns nothing from a waiting pod's new version that differs in nothing but
+        # kube-scheduler's PodScheduled condition (in a burst, kube-scheduler writes it on
+        # every pod it rejects) or Muster's own notes (the echo of a plan record or a nudge),
+        # nor from a new member of a gang that is still short of members (no cycle plans it
+        # until its last one comes; shuffled gangs arrive a member at a time). Each would
+        # otherwise start a cycle.
         quiet = (
             not placed
-            and old is not None
             and usage_same
-            and replace(pod, unschedulable=old.unschedulable) == old
+            and (
+                short
+                if old is None
+                else replace(pod, unschedulable=old.unschedulable, annotations=old.annotations)
+                == old
+                and _same_but_own_notes(pod.annotations, old.annotations)
+            )
         )
         self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
         if where_before and not target:
@@ -1454,6 +1465,13 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+def _same_but_own_notes(new: Mapping[str, str], old: Mapping[str, str]) -> bool:
+    """Whether two annotation maps differ in nothing but ``OWN_NOTES``."""
+    if new is old or new == old:
+        return True
+    return all(new.get(k) == old.get(k) for k in new.keys() | old.keys() if k not in OWN_NOTES)
 
 
 _NODE_NAME = attrgetter("node_name")
