@@ -673,17 +673,12 @@ class ClusterCache:
         # nor from a new member of a gang that is still short of members (no cycle plans it
         # until its last one comes; shuffled gangs arrive a member at a time). Each would
         # otherwise start a cycle.
-        quiet = (
-            not placed
-            and usage_same
-            and (
-                short
-                if old is None
-                else replace(pod, unschedulable=old.unschedulable, annotations=old.annotations)
-                == old
-                and _same_but_own_notes(pod.annotations, old.annotations)
-            )
-        )
+        if old is None:
+            nothing_new = short
+        else:
+            same = replace(pod, unschedulable=old.unschedulable, annotations=old.annotations)
+            nothing_new = same == old and _same_but_own_notes(pod.annotations, old.annotations)
+        quiet = not placed and usage_same and nothing_new
         self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
         if where_before and not target:
             self._freed_generation = self._generation
