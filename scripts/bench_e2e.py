@@ -391,10 +391,7 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
         def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"muster exited: {(cp.dir / 'muster.log').read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return _ready(url)
 
         wait_for(ready, 60, "Muster to sync")
         yield url
@@ -403,36 +400,43 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
         log.close()
 
 
+def _ready(url: str) -> bool:
+    """Whether the extender at ``url`` answers ``/readyz`` with 200 now."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def _scheduler(cp: ControlPlane, config: str) -> Iterator[None]:
+    """kube-scheduler with ``config`` for the duration of the block."""
+    cp.start_scheduler(config)
+    try:
+        yield
+    finally:
+        cp.stop_scheduler()
+
+
 @contextmanager
 def system(cp: ControlPlane, name: str) -> Iterator[str]:
     """kube-scheduler alone, Muster + kube-scheduler with Muster as extender, or the null
     extender in Muster's place; yields the extender's URL ("" alone)."""
+    if name == "alone":
+        with _scheduler(cp, scheduler_config("alone")):
+            yield ""
+        return
     if name == "null":
         args = ["--serve", "null", "--kubeconfig", str(cp.kubeconfig)]
         with child_server(NULL_EXTENDER, args) as url:
-            wait_for(lambda: httpx.get(f"{url}/readyz", timeout=2).status_code == 200, 60,
-                     "the null extender")  # fmt: skip
-            cp.start_scheduler(scheduler_config("muster", url + "/"))
-            try:
+            wait_for(lambda: _ready(url), 60, "the null extender")
+            with _scheduler(cp, scheduler_config("muster", url + "/")):
                 yield url
-            finally:
-                cp.stop_scheduler()
-        return
-    if name == "alone":
-        cp.start_scheduler(scheduler_config("alone"))
-        try:
-            yield ""
-        finally:
-            cp.stop_scheduler()
         return
     global SCHEDULER_METRICS
-    with muster_process(cp) as url:
-        cp.start_scheduler(scheduler_config("muster", url + "/"))
+    with muster_process(cp) as url, _scheduler(cp, scheduler_config("muster", url + "/")):
         SCHEDULER_METRICS = cp.scheduler_metrics_url
-        try:
-            yield url
-        finally:
-            cp.stop_scheduler()
+        yield url
 
 
 # ---- scenario plumbing ----------------------------------------------------------------
@@ -573,7 +577,7 @@ class Sizes:
 def run_singles(core: kubernetes.client.CoreV1Api, muster: str, s: Sizes) -> dict[str, Any]:
     with scenario(core, muster, "singles", s.nodes) as run:
         bodies = [pod_body(f"p{i}", run.ns, run.ns) for i in range(s.singles)]
-        before = _diagnostics(muster) if muster else {}
+        before = _diagnostics(muster)
         start = run.create(bodies)
         end = run.wait(lambda: run.tracker.bound_count() == s.singles, 300, "singles bound")
         took = end - start
@@ -600,7 +604,7 @@ def run_gangs(
     with scenario(core, muster, f"gangs{factor}x", s.nodes) as run:
         jobs = [f"g{k:03d}" for k in range(fit * factor)]
         bodies = gang_bodies(run.ns, jobs, s.gang_size)
-        before = _diagnostics(muster) if muster else {}
+        before = _diagnostics(muster)
         box: list[float] = []
         creator = threading.Thread(target=lambda: box.append(run.create(bodies)))
         begin = time.monotonic()
@@ -646,11 +650,11 @@ def run_contention(
             rng.shuffle(bodies)
         with Kubelet(core, run.ns, jobs) as kubelet:
             run.tracker.listeners.append(kubelet.on_change)
-            before = _diagnostics(muster) if muster else {}
+            before = _diagnostics(muster)
             start = run.create(bodies, in_order=not shuffled)
             first = run.wait(lambda: len(kubelet.started) >= min(fit, len(jobs)), 600,
                              "the cluster to fill")  # fmt: skip
-            at_fill = _diagnostics(muster) if muster else {}
+            at_fill = _diagnostics(muster)
             limit = 20 * s.runtime * scale + 300
             end = run.wait(
                 lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs), limit,
@@ -697,7 +701,10 @@ _SERIES: dict[str, tuple[str, dict[str, str]]] = {
 
 
 def _diagnostics(muster: str) -> dict[str, float]:
-    """Sums and counts of ``_SERIES`` from Muster's and kube-scheduler's /metrics now."""
+    """Sums and counts of ``_SERIES`` from Muster's and kube-scheduler's /metrics now
+    (nothing without Muster: ``muster`` empty)."""
+    if not muster:
+        return {}
     text = ""
     for url in (f"{muster}/metrics", SCHEDULER_METRICS):
         with suppress(httpx.HTTPError):

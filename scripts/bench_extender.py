@@ -178,15 +178,13 @@ def create_null_app(gateway: KubeGateway | None = None) -> FastAPI:
         return Response(b"")
 
     if gateway is not None:
-        bind_one = gateway.bind
-
         @app.post("/bind")
         async def null_bind(request: Request) -> Response:
             args = wire.ExtenderBindingArgs.model_validate_json(await request.body())
             error = ""
             try:
                 await asyncio.to_thread(
-                    bind_one, args.PodNamespace, args.PodName, args.PodUID, args.Node
+                    gateway.bind, args.PodNamespace, args.PodName, args.PodUID, args.Node
                 )
             except GatewayError as exc:
                 error = str(exc)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from app.core.admission.pods import AdmissionConfig, NamespaceMeta, gate_ops, mutate
-from app.core.cycle.loop import PLANNED_ANNOTATION
 from app.core.model import labels as keys
 from app.core.model.errors import GatewayError, InvalidInput
 from app.core.model.parse import pod_from_dict
@@ -94,7 +93,7 @@ def test_the_loop_removes_the_gate_of_planned_members_and_retries_a_failed_remov
     for member in members:
         now = cache.pod(member.uid)
         assert now is not None and now.gates == ()
-        assert PLANNED_ANNOTATION not in now.annotations  # no annotation nudge needed
+        assert keys.PLANNED_NUDGE not in now.annotations  # no annotation nudge needed
     still = cache.pod(late.uid)
     assert still is not None and still.gates == (keys.GANG_GATE,)  # not planned: stays gated
     # Ungated members then go through filter and bind like any other.

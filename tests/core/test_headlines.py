@@ -17,8 +17,6 @@ from app.settings import Settings
 from app.wiring import Graph, build_cache, build_graph
 from tests.factories import node, pod
 
-BIG = {"muster.io/pod-group": "big", "muster.io/min-member": "2"}
-
 
 @dataclass(frozen=True)
 class Row:
@@ -46,16 +44,42 @@ ROWS = [
 ]  # fmt: skip
 
 
-def big_gang(created: int) -> tuple[ClusterCache, Graph, list[Pod]]:
-    """A cache with one 8-GPU node and the first ``created`` members of a gang of two 8-GPU
-    members (16 GPUs on 8: it waits), after one planner cycle; the members, all of them."""
+def waiting_gang(
+    name: str, size: int, gpu: int, created: int
+) -> tuple[ClusterCache, Graph, list[Pod]]:
+    """A cache with one 8-GPU node and the first ``created`` members of gang ``name`` of
+    ``size`` members of ``gpu`` GPUs each, after one planner cycle; the members, all of them."""
     cache = build_cache(Settings())
     graph = build_graph(Settings(), cache, InMemoryGateway(cache))
     cache.upsert_nodes([node("n0", gpus=8)])
-    members = [pod(f"big-{i}", gpu=8, labels=BIG) for i in range(2)]
+    labels = {"muster.io/pod-group": name, "muster.io/min-member": str(size)}
+    members = [pod(f"{name}-{i}", gpu=gpu, labels=labels) for i in range(size)]
     cache.upsert_pods(members[:created])
     graph.planner.cycle(force=True)
     return cache, graph, members
+
+
+def big_gang(created: int) -> tuple[ClusterCache, Graph, list[Pod]]:
+    """The first ``created`` members of a gang of two 8-GPU members (16 GPUs on 8: it
+    waits); see ``waiting_gang``."""
+    return waiting_gang("big", 2, 8, created)
+
+
+def counting(cache: ClusterCache, graph: Graph, now: list[float]) -> tuple[Headlines, list[int]]:
+    """Headlines on ``graph``'s planner at time ``now[0]``, and how many looks it took."""
+    looks = [0]
+
+    def look() -> object:
+        looks[0] += 1
+        return graph.planner.look(wait=False)
+
+    headlines = Headlines(
+        look,  # type: ignore[arg-type]
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    return headlines, looks
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
@@ -111,18 +135,7 @@ def test_a_held_story_is_told_again_without_looking() -> None:
     looked at or the gang explained (each retry of hundreds of waiting pods was a look)."""
     now = [0.0]
     cache, graph, members = big_gang(2)
-    looks = [0]
-
-    def look() -> object:
-        looks[0] += 1
-        return graph.planner.look(wait=False)
-
-    headlines = Headlines(
-        look,  # type: ignore[arg-type]
-        lambda: graph.planner.cycles,
-        clock=lambda: now[0],
-        members=cache.gang_size_of,
-    )
+    headlines, looks = counting(cache, graph, now)
     first = headlines(members[0])
     assert first is not None and looks[0] == 1
     cache.upsert_pods([pod("single", gpu=4, node="n0", phase="Running")])
@@ -154,24 +167,8 @@ def test_a_gang_short_of_members_is_told_from_its_count(row: Arrival) -> None:
     """While shuffled members arrive, a gang found short of members is told 'k of n' from
     the cache's count, without a look: the story is the one the explanation gives."""
     now = [0.0]
-    cache = build_cache(Settings())
-    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
-    cache.upsert_nodes([node("n0", gpus=8)])
-    labels = {"muster.io/pod-group": "slow", "muster.io/min-member": "4"}
-    members = [pod(f"slow-{i}", gpu=1, labels=labels) for i in range(4)]
-    cache.upsert_pods(members[:1])
-    looks = [0]
-
-    def look() -> object:
-        looks[0] += 1
-        return graph.planner.look(wait=False)
-
-    headlines = Headlines(
-        look,  # type: ignore[arg-type]
-        lambda: graph.planner.cycles,
-        clock=lambda: now[0],
-        members=cache.gang_size_of,
-    )
+    cache, graph, members = waiting_gang("slow", 4, 1, 1)
+    headlines, looks = counting(cache, graph, now)
     first = headlines(members[0])
     assert first is not None and first.startswith("gang-incomplete: 1 of 4"), first
     cache.upsert_pods(members[1:3])  # no cycle: filter runs none for a gang short of members

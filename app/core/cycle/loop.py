@@ -27,7 +27,6 @@ from app.core.state.queuefile import QueueFile
 
 log = logging.getLogger("muster.planner")
 T = TypeVar("T")
-PLANNED_ANNOTATION = PLANNED_NUDGE
 #: The Event reason for a waiting gang member's story (``category: summary (gang KEY)``).
 WAITING_REASON = "GangWaiting"
 #: The Event reason for a gang whose own keys and group object (PodGroup ...) disagree.
@@ -227,7 +226,7 @@ class PlannerLoop:
                 self._gateway.ungate(pod.namespace, pod.name, pod.uid, pod.gates, GANG_GATE)
             else:
                 self._gateway.annotate_pod(
-                    pod.namespace, pod.name, {PLANNED_ANNOTATION: f"{gang}@{time.time():.3f}"}
+                    pod.namespace, pod.name, {PLANNED_NUDGE: f"{gang}@{time.time():.3f}"}
                 )
         except GatewayError as exc:
             log.info("could not nudge %s: %s", pod.key, exc)
