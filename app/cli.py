@@ -32,6 +32,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
         "gang_order": args.gang_order,
         "longest_first_window_seconds": args.longest_first_window,
         "mirror_unresolvable": args.mirror_unresolvable,
+        "sole_pick": not args.no_sole_pick,
         "min_runtime_seconds": args.min_runtime,
         "preemption": not args.no_preemption,
         "scheduler_name": args.scheduler_name,
@@ -214,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="copy unresolvable reasons to FailedNodes (for kube-scheduler 1.20)",
     )
+    s.add_argument("--no-sole-pick", action="store_true",
+                   help="always answer filter with every feasible node, so kube-scheduler "
+                        "scores them (default: Muster's pick alone for a pod on its own with "
+                        "no soft preferences)")  # fmt: skip
     s.add_argument("--min-runtime", type=float, default=0.0, metavar="SECONDS",
                    help="gangs younger than this are never preempted, unless their pods, "
                         "PriorityClass or queue say otherwise (default 0)")  # fmt: skip

@@ -41,6 +41,10 @@ class Settings:
     #: Also list unresolvable nodes in FailedNodes, for kube-scheduler 1.20 and older, which
     #: ignore FailedAndUnresolvableNodes and would drop those reasons from pod events.
     mirror_unresolvable: bool = False
+    #: Filter answers a pod on its own with Muster's best node alone when kube-scheduler's
+    #: scoring would weigh nothing else, so kube-scheduler skips scoring and prioritize
+    #: (``app.core.policies.solepick``).
+    sole_pick: bool = True
     #: Gangs running for less than this are never preempted or reclaimed, unless their pods,
     #: PriorityClass or queue say otherwise (``app.core.policies.minruntime``); 0: none.
     min_runtime_seconds: float = 0.0

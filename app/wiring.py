@@ -131,7 +131,13 @@ def build_graph(
         members=cache.gang_size_of,
     )
     extender = Extender(
-        cache, planner, gang_binder, strategy=settings.strategy, gpu=gpu, headline=headlines
+        cache,
+        planner,
+        gang_binder,
+        strategy=settings.strategy,
+        gpu=gpu,
+        headline=headlines,
+        sole_pick=settings.sole_pick,
     )
     loop = PlannerLoop(
         planner,

@@ -24,8 +24,11 @@ def test_health_ready_debug_and_metrics() -> None:
         assert ready.status_code == 200 and "demo cluster" in ready.json()["mode"]
         pod = pod_json("trainer", gpu=4)
         body = json.dumps({"Pod": pod, "NodeNames": ["h100-0", "a100-0", "cpu-0"]})
-        feasible = client.post("/filter", content=body).json()["NodeNames"]
-        assert feasible == ["h100-0", "a100-0"]
+        answer = client.post("/filter", content=body).json()
+        # Both GPU nodes fit; the pod states no soft preference, so Muster's pick answers alone.
+        assert answer["NodeNames"] == ["h100-0"]
+        assert answer["FailedNodes"] == {"a100-0": "feasible; Muster picked h100-0 for this pod"}
+        feasible = ["h100-0", "a100-0"]
         scores = client.post(
             "/prioritize", content=json.dumps({"Pod": pod, "NodeNames": feasible})
         ).json()
@@ -80,7 +83,13 @@ def test_health_ready_debug_and_metrics() -> None:
             for s in families["muster_filter_nodes"].samples
             if s.labels.get("result") == "feasible"
         ]
-        assert feasible_count == [2]
+        assert feasible_count == [1]
+        passed_over = [
+            s.value
+            for s in families["muster_filter_nodes"].samples
+            if s.labels.get("result") == "passed_over"
+        ]
+        assert passed_over == [1]
         devices = {s.labels["state"]: s.value for s in families["muster_gpu_devices"].samples}
         assert devices == {"idle": 37, "shared": 0, "full": 4}  # demo: 41 GPUs, 4 taken
 

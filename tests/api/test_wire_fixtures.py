@@ -56,6 +56,13 @@ def post(client: httpx.Client, path: str, raw: str, headers: dict[str, str]) -> 
     return client.post(path, content=raw.encode(), headers=keep)
 
 
+def sole_pick(sent: list[str], kept: list[str], failed: dict[str, str]) -> None:
+    """Room everywhere and no soft preference: Muster's pick alone, the rest passed over."""
+    assert len(kept) == 1 and kept[0] in sent
+    why = f"feasible; Muster picked {kept[0]} for this pod"
+    assert failed == {n: why for n in sent if n != kept[0]}
+
+
 def check(path: str, request: dict[str, Any], answer: Any) -> None:
     """Shape and content rules every answer must satisfy, whatever the recording answered."""
     if path == "/filter":
@@ -63,12 +70,16 @@ def check(path: str, request: dict[str, Any], answer: Any) -> None:
         assert answer["Error"] == ""
         if request["NodeNames"] is not None:
             assert answer["Nodes"] is None
-            assert answer["NodeNames"] == request["NodeNames"]  # room everywhere
+            sole_pick(request["NodeNames"], answer["NodeNames"], answer["FailedNodes"])
         else:
             assert answer["NodeNames"] is None
             sent = [n["metadata"]["name"] for n in request["Nodes"]["items"]]
-            assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == sent
-            assert answer["Nodes"]["items"] == request["Nodes"]["items"]  # objects echoed intact
+            kept = [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
+            sole_pick(sent, kept, answer["FailedNodes"])
+            # objects echoed intact
+            assert answer["Nodes"]["items"] == [
+                n for n in request["Nodes"]["items"] if n["metadata"]["name"] in kept
+            ]
     elif path == "/prioritize":
         names = _candidates(request)
         assert [set(e) for e in answer] == [{"Host", "Score"}] * len(names)

@@ -60,8 +60,9 @@ def test_unknown_strategy_is_refused() -> None:
         prioritize(cluster().view(), pod(), ["empty"], "random")
 
 
-def _extender(cache: ClusterCache) -> Extender:
-    return build_graph(Settings(), cache, InMemoryGateway(cache)).extender
+def _extender(cache: ClusterCache, *, sole_pick: bool = False) -> Extender:
+    settings = Settings(sole_pick=sole_pick)
+    return build_graph(settings, cache, InMemoryGateway(cache)).extender
 
 
 def test_a_single_pod_is_held_on_the_one_top_node_until_its_bind() -> None:

@@ -176,6 +176,35 @@ def _required_affinity(spec: Mapping[str, Any], field: str) -> tuple[SelectorTer
     return tuple(terms)
 
 
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+#: Owners whose pods kube-scheduler spreads by default (its system default topology spread
+#: constraints, ``ScheduleAnyway``), when no constraint of the pod's own says otherwise.
+SPREAD_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+
+
+def _soft_preferences(meta: Mapping[str, Any], spec: Mapping[str, Any], field: str) -> bool:
+    """Whether kube-scheduler's scoring has a preference of this pod's to weigh (see
+    ``Pod.soft_preferences``)."""
+    affinity = json_object(spec.get("affinity"), f"{field}.spec.affinity")
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        terms = json_object(affinity.get(kind), f"{field}.spec.affinity.{kind}").get(_PREFERRED)
+        if json_list(terms, f"{field}.spec.affinity.{kind}.{_PREFERRED}"):
+            return True
+    path = f"{field}.spec.topologySpreadConstraints"
+    constraints = json_list(spec.get("topologySpreadConstraints"), path)
+    if constraints:
+        unsatisfiable = [
+            json_object(c, f"{path}[{i}]").get("whenUnsatisfiable")
+            for i, c in enumerate(constraints)
+        ]
+        return "ScheduleAnyway" in unsatisfiable
+    owners = json_list(meta.get("ownerReferences"), f"{field}.metadata.ownerReferences")
+    return any(
+        json_object(o, f"{field}.metadata.ownerReferences[{i}]").get("kind") in SPREAD_OWNERS
+        for i, o in enumerate(owners)
+    )
+
+
 def _tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     result = []
     for i, item in enumerate(json_list(value, field)):
@@ -280,6 +309,7 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         workload_ref=_workload_ref(spec.get("workloadRef"), f"{field}.spec.workloadRef"),
         gates=_gates(spec.get("schedulingGates"), f"{field}.spec.schedulingGates"),
         unschedulable=_unschedulable(status.get("conditions"), f"{field}.status.conditions"),
+        soft_preferences=_soft_preferences(meta, spec, field),
     )
 
 

@@ -159,6 +159,11 @@ class Pod:
     gates: tuple[str, ...] = ()
     #: kube-scheduler has tried the pod and failed (condition ``PodScheduled=False``).
     unschedulable: bool = False
+    #: The pod gives kube-scheduler's scoring something of its own to weigh: preferred node or
+    #: pod (anti-)affinity, a ``ScheduleAnyway`` spread constraint, or the default spreading
+    #: of a ReplicaSet's, StatefulSet's or ReplicationController's pods
+    #: (``app.core.policies.solepick``).
+    soft_preferences: bool = False
 
     @property
     def key(self) -> str:

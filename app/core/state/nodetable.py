@@ -92,6 +92,14 @@ class NodeTable:
         return column
 
     @cached_property
+    def prefer_no_schedule(self) -> np.ndarray:
+        """Per row: the node has a ``PreferNoSchedule`` taint (kube-scheduler's scoring weighs
+        it; its filters do not)."""
+        return np.array(
+            [any(t.effect == "PreferNoSchedule" for t in n.taints) for n in self.nodes], dtype=bool
+        )
+
+    @cached_property
     def names(self) -> np.ndarray:
         """Node names per row, as an object array."""
         return np.array([n.name for n in self.nodes] + [None], dtype=object)[:-1]

@@ -22,6 +22,7 @@ import numpy as np
 from app.core.cycle.planner import Planner
 from app.core.model.gang import gang_spec
 from app.core.model.values import Node, Pod
+from app.core.policies import solepick
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import ClusterCache
@@ -49,6 +50,7 @@ class Extender:
         strategy: str = "binpack",
         gpu: GpuPlacement | None = None,
         headline: Callable[[Pod], str | None] | None = None,
+        sole_pick: bool = False,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
@@ -59,6 +61,9 @@ class Extender:
         self.binder = binder
         #: ``category: summary`` of a waiting gang member (``app.core.insight``), if wired.
         self._headline = headline
+        #: Filter answers a pod on its own with Muster's pick alone when scoring would weigh
+        #: nothing else (``app.core.policies.solepick``).
+        self.sole_pick = sole_pick
         self._filter = FilterMemo()
 
     def _candidates(
@@ -90,6 +95,8 @@ class Extender:
             result = self._filter.filter(view, pod, names)
             if len(result.feasible) == 1:  # kube-scheduler skips prioritize: this is its pick
                 self.binder.single.hold(pod.uid, result.feasible[0])
+            elif len(result.feasible) > 1 and self.sole_pick:
+                return self._sole_pick(pod, result)
             return result
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
@@ -102,15 +109,36 @@ class Extender:
             unresolvable={n: elsewhere for n in names if n != verdict.node},
         )
 
+    def _sole_pick(self, pod: Pod, result: FilterResult) -> FilterResult:
+        """``result`` narrowed to Muster's best feasible node (held for the pod), when nothing
+        else would weigh in kube-scheduler's scoring; else ``result`` as it is."""
+        ranking = self._rank(pod, result.feasible)
+        if solepick.needs_scoring(pod, ranking.table, ranking.rows) is not None:
+            return result
+        best = self._best(pod, ranking)
+        if best is None:
+            return result
+        pick = ranking.names[best]
+        why = f"feasible; Muster picked {pick} for this pod"
+        return FilterResult(
+            feasible=[pick],
+            failed=result.failed,
+            unresolvable=result.unresolvable,
+            passed_over={n: why for n in result.feasible if n != pick},
+        )
+
+    def _rank(self, pod: Pod, names: list[str]) -> Ranking:
+        view = self.cache.view()
+        gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
+        score = None if gpu is None else partial(gpu.scores, view, pod)
+        return rank(view, pod, names, self.strategy, score)
+
     def prioritize(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
     ) -> Ranking:
         """A 0-10 score for every candidate; a gang member's planned node scores 10."""
         pod, names = self._candidates(pod, names, nodes)
-        view = self.cache.view()
-        gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
-        score = None if gpu is None else partial(gpu.scores, view, pod)
-        ranking = rank(view, pod, names, self.strategy, score)
+        ranking = self._rank(pod, names)
         spec = gang_spec(pod)
         plan = self.planner.plan(spec.key) if spec else None
         planned = plan.node_of(pod.uid) if plan else None
@@ -128,15 +156,22 @@ class Extender:
         kube-scheduler, weighing Muster's score far above its own, picks it), and it is held
         for the pod until the bind comes (``Binder.hold``), so the next pods kube-scheduler
         places in the meantime see its GPUs taken."""
+        best = self._best(pod, ranking)
+        if best is None:
+            return ranking
+        top = max(int(ranking.scores[best]), 1)
+        scores = np.where(ranking.rows >= 0, np.minimum(ranking.scores, top - 1), 0)
+        scores[best] = top
+        return replace(ranking, scores=scores)
+
+    def _best(self, pod: Pod, ranking: Ranking) -> int | None:
+        """The index of Muster's best known candidate, held for ``pod``; ``None``: none known."""
         known = ranking.rows >= 0
         if not known.any():
-            return ranking
+            return None
         best = int(np.argmax(np.where(known, ranking.scores, -1)))
-        top = max(int(ranking.scores[best]), 1)
-        scores = np.where(known, np.minimum(ranking.scores, top - 1), 0)
-        scores[best] = top
         self.binder.single.hold(pod.uid, ranking.names[best])
-        return replace(ranking, scores=scores)
+        return best
 
     def preempt(
         self,

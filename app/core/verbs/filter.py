@@ -30,11 +30,16 @@ UNKNOWN_NODE = "unknown node"
 
 @dataclass(slots=True)
 class FilterResult:
-    """Feasible node names, in request order, and reasons for the rest."""
+    """Feasible node names, in request order, and reasons for the rest.
+
+    ``passed_over``: feasible nodes left out because Muster's pick answers alone
+    (``app.core.policies.solepick``), each with the pick; on the wire they join FailedNodes.
+    """
 
     feasible: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+    passed_over: dict[str, str] = field(default_factory=dict)
 
 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],

@@ -1,0 +1,125 @@
+"""Sole pick: filter answers a pod on its own with Muster's best node alone (kube-scheduler then
+skips scoring), unless kube-scheduler's scoring has something else to weigh."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.core.model.errors import InvalidInput
+from app.core.model.parse import pod_from_dict
+from app.core.state.cache import ClusterCache
+from app.core.state.gateway import InMemoryGateway
+from app.core.verbs.extender import Extender
+from app.settings import Settings
+from app.wiring import build_graph
+from tests.factories import node, pod_json
+
+NAMES = ["a", "b", "c"]
+PREFER = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}
+SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "labelSelector": {}}
+SOFT_TAINT = [{"key": "spot", "value": "yes", "effect": "PreferNoSchedule"}]
+
+
+def owned(kind: str) -> dict[str, Any]:
+    return {"metadata": {"ownerReferences": [{"kind": kind, "name": "x", "uid": "u"}]}}
+
+
+def spread(*when: str) -> dict[str, Any]:
+    constraints = [{**SPREAD, "whenUnsatisfiable": w} for w in when]
+    return {"spec": {"topologySpreadConstraints": constraints}}
+
+
+def prefers(kind: str) -> dict[str, Any]:
+    return {"spec": {"affinity": {kind: PREFER}}}
+
+
+TOLERATES = {"spec": {"tolerations": [{"key": "spot", "operator": "Exists"}]}}
+OWN_SPREAD = {**owned("ReplicaSet"), **spread("DoNotSchedule")}
+
+# (case, what the pod adds to its JSON, node b's taints, sole pick on, answered alone)
+CASES: list[tuple[str, dict[str, Any], list[dict[str, str]] | None, bool, bool]] = [
+    ("plain pod", {}, None, True, True),
+    ("setting off", {}, None, False, False),
+    ("preferred node affinity", prefers("nodeAffinity"), None, True, False),
+    ("preferred pod affinity", prefers("podAffinity"), None, True, False),
+    ("preferred anti-affinity", prefers("podAntiAffinity"), None, True, False),
+    ("ScheduleAnyway spread", spread("DoNotSchedule", "ScheduleAnyway"), None, True, False),
+    ("DoNotSchedule spread only", spread("DoNotSchedule"), None, True, True),
+    ("ReplicaSet pod: default spreading", owned("ReplicaSet"), None, True, False),
+    ("StatefulSet pod: default spreading", owned("StatefulSet"), None, True, False),
+    ("own constraint replaces the default", OWN_SPREAD, None, True, True),
+    ("Job pod", owned("Job"), None, True, True),
+    ("PreferNoSchedule candidate", {}, SOFT_TAINT, True, False),
+    ("PreferNoSchedule tolerated", TOLERATES, SOFT_TAINT, True, True),
+]
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def extender(cache: ClusterCache, sole_pick: bool) -> Extender:
+    return build_graph(Settings(sole_pick=sole_pick), cache, InMemoryGateway(cache)).extender
+
+
+def cluster(taints: list[dict[str, str]] | None) -> ClusterCache:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("a", gpus=8), node("b", gpus=8, taints=taints), node("c", gpus=8)])
+    cache.upsert_pods([pod_from_dict(pod_json("busy", gpu=6, node="b"))])
+    return cache
+
+
+@pytest.mark.parametrize(
+    ("case", "extra", "taints", "on", "alone"), CASES, ids=[c[0] for c in CASES]
+)
+def test_who_answers(
+    case: str, extra: dict[str, Any], taints: list[dict[str, str]] | None, on: bool, alone: bool
+) -> None:
+    cache = cluster(taints)
+    ext = extender(cache, on)
+    pod = cache.learn_pod(pod_from_dict(merged(pod_json("p", gpu=1), extra)))
+    result = ext.filter(pod, NAMES)
+    if not alone:
+        assert result.feasible == NAMES and not result.passed_over
+        return
+    # The node prioritize would rank first, held for the pod.
+    other = cluster(taints)
+    ranked = extender(other, False).prioritize(other.learn_pod(pod), NAMES).pairs()
+    pick = max(ranked, key=lambda p: p[1])[0]
+    assert result.feasible == [pick]
+    why = f"feasible; Muster picked {pick} for this pod"
+    assert result.passed_over == {n: why for n in NAMES if n != pick}
+    assert cache.view().free_of(pick).gpu == cluster(taints).view().free_of(pick).gpu - 1000
+
+
+def test_the_next_pod_sees_the_pick_held() -> None:
+    cache = ClusterCache()
+    cache.upsert_nodes([node("a", gpus=1), node("b", gpus=1)])
+    ext = extender(cache, True)
+    first, second, third = (
+        cache.learn_pod(pod_from_dict(pod_json(n, gpu=1))) for n in ("p1", "p2", "p3")
+    )
+    (pick,) = ext.filter(first, ["a", "b"]).feasible
+    answer = ext.filter(second, ["a", "b"])  # the pick is held: one node is left
+    assert answer.feasible == [({"a", "b"} - {pick}).pop()] and not answer.passed_over
+    assert ext.filter(third, ["a", "b"]).feasible == []
+
+
+BAD = [
+    ({"spec": {"topologySpreadConstraints": {}}}, "Pod.spec.topologySpreadConstraints"),
+    ({"spec": {"topologySpreadConstraints": ["x"]}}, "Pod.spec.topologySpreadConstraints[0]"),
+    ({"spec": {"affinity": {"podAffinity": []}}}, "Pod.spec.affinity.podAffinity"),
+    ({"metadata": {"ownerReferences": [1]}}, "Pod.metadata.ownerReferences[0]"),
+]
+
+
+@pytest.mark.parametrize(("extra", "field"), BAD, ids=[b[1] for b in BAD])
+def test_malformed_preferences_name_their_field(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        pod_from_dict(merged(pod_json("p", gpu=1), extra))
+    assert caught.value.field == field
