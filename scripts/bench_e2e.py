@@ -692,11 +692,13 @@ _SERIES: dict[str, tuple[str, dict[str, str]]] = {
     "filter": ("muster_extender_request_duration_seconds", {"verb": "filter"}),
     "prioritize": ("muster_extender_request_duration_seconds", {"verb": "prioritize"}),
     "bind": ("muster_extender_request_duration_seconds", {"verb": "bind"}),
+    "preempt": ("muster_extender_request_duration_seconds", {"verb": "preempt"}),
     "cycle": ("muster_planner_cycle_duration_seconds", {}),
     "attempt_scheduled": ("scheduler_e2e_scheduling_duration_seconds", {"result": "scheduled"}),
     "attempt_unschedulable": (
         "scheduler_e2e_scheduling_duration_seconds", {"result": "unschedulable"}),
     "attempt_error": ("scheduler_e2e_scheduling_duration_seconds", {"result": "error"}),
+    "preemption_eval": ("scheduler_scheduling_algorithm_preemption_evaluation_seconds", {}),
 }  # fmt: skip
 
 
