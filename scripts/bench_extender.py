@@ -105,6 +105,10 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 SERVER_START_TIMEOUT = 60.0
 APP_TIME_HEADER = "x-bench-app-ns"
 VERBS = ("filter", "prioritize")
+#: A soft preference that matches nothing: the probe for feasible nodes gets them all.
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+SOFT_TERM = {"weight": 1, "preference": {"matchExpressions": [
+    {"key": "muster.io/bench-probe", "operator": "Exists"}]}}  # fmt: skip
 BOTH = "filter+prioritize"
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 #: Go's net/http (kube-scheduler's client) sets TCP_NODELAY on every connection; so do we.
@@ -178,6 +182,7 @@ def create_null_app(gateway: KubeGateway | None = None) -> FastAPI:
         return Response(b"")
 
     if gateway is not None:
+
         @app.post("/bind")
         async def null_bind(request: Request) -> Response:
             args = wire.ExtenderBindingArgs.model_validate_json(await request.body())
@@ -232,7 +237,11 @@ def timed(app: ASGIApp) -> ASGIApp:
 
 
 def serve(
-    kind: str, cluster: Path | None, fill: Path | None = None, kubeconfig: Path | None = None
+    kind: str,
+    cluster: Path | None,
+    fill: Path | None = None,
+    kubeconfig: Path | None = None,
+    sole_pick: bool = True,
 ) -> None:
     """Child process: serve ``kind`` ("muster" or "null") on an ephemeral loopback port;
     Muster's cache first learns the bound pods of ``fill`` (see ``fill_pods``); the null
@@ -243,7 +252,7 @@ def serve(
         from app.main import create_app
         from app.settings import Settings
 
-        app = create_app(Settings(mode="standalone", cluster_file=cluster))
+        app = create_app(Settings(mode="standalone", cluster_file=cluster, sole_pick=sole_pick))
         if fill is not None:
             app.state.muster.cache.upsert_pods(load_fill(fill))
     elif kubeconfig is not None:
@@ -264,11 +273,12 @@ def serve(
 
 @contextmanager
 def server_process(
-    kind: str, cluster: Path | None = None, fill: Path | None = None
+    kind: str, cluster: Path | None = None, fill: Path | None = None, sole_pick: bool = True
 ) -> Iterator[str]:
     """Run a server in a subprocess for the duration of the block; yields its base URL."""
     args = ["--serve", kind, *(["--cluster", str(cluster)] if cluster is not None else [])]
     args += ["--fill", str(fill)] if fill is not None else []
+    args += [] if sole_pick else ["--no-sole-pick"]
     with child_server(Path(__file__).resolve(), args, SERVER_START_TIMEOUT) as url:
         yield url
 
@@ -328,13 +338,16 @@ def one_pod(
     index: int,
     into: Latencies,
 ) -> None:
-    """filter (``template``) then prioritize (``ranked``: the feasible nodes) for one fresh
-    pod; records both in ``into``."""
+    """filter (``template``) then, as kube-scheduler does, prioritize (``ranked``: the feasible
+    nodes) only if filter left more than one node (Muster's sole pick leaves one: prioritize
+    is recorded as 0) for one fresh pod; records both in ``into``."""
     body, _ = template.render(index)
     f_ns, f_app, answer = timed_post(client, "/filter", body)
     if json.loads(answer).get("Error"):
         raise RuntimeError(f"/filter answered an error: {answer[:300]!r}")
-    p_ns, p_app, _ = timed_post(client, "/prioritize", ranked.render(index)[0])
+    p_ns = p_app = 0
+    if len(json.loads(answer)["NodeNames"]) > 1:  # one node: kube-scheduler asks no scores
+        p_ns, p_app, _ = timed_post(client, "/prioritize", ranked.render(index)[0])
     into.add("filter", f_ns, f_app)
     into.add("prioritize", p_ns, p_app)
 
@@ -364,9 +377,12 @@ def drive(
 
 
 def feasible_names(client: httpx.Client, template: BodyTemplate) -> list[str]:
-    """The nodes the server's filter finds feasible for a probe pod."""
+    """The nodes the server's filter finds feasible for a probe pod (one with a soft
+    preference, so that filter answers every fitting node rather than Muster's pick alone)."""
     body, _ = template.render(-1_000_000)
-    _, _, answer = timed_post(client, "/filter", body)
+    args = json.loads(body)
+    args["Pod"]["spec"]["affinity"] = {"nodeAffinity": {PREFERRED: [SOFT_TERM]}}
+    _, _, answer = timed_post(client, "/filter", json.dumps(args).encode())
     names: list[str] = json.loads(answer)["NodeNames"]
     return names
 
@@ -388,13 +404,15 @@ def measure_in_process(
     requests: int,
     warmup: int,
     time_limit: float,
+    sole_pick: bool = True,
 ) -> dict[str, Latency]:
     """Time the core verbs and the wire work around them, without HTTP."""
     from app.api.extender import _ANSWERS, _RANKINGS
     from app.services import build_services
     from app.settings import Settings
 
-    services = build_services(Settings(mode="standalone", cluster_file=case.cluster))
+    settings = Settings(mode="standalone", cluster_file=case.cluster, sole_pick=sole_pick)
+    services = build_services(settings)
     if case.fill is not None:
         services.cache.upsert_pods(load_fill(case.fill))
     extender = services.extender
@@ -412,11 +430,12 @@ def measure_in_process(
         t1 = clock()
         result = extender.filter(pod, args.NodeNames)
         t2 = clock()
-        scores = extender.prioritize(pod, ranked)
+        scores = extender.prioritize(pod, ranked) if len(result.feasible) > 1 else None
         t3 = clock()
         # What the handlers do (NodeNames mode; memoised like the answers they encode).
         _ANSWERS.encode(result, False)
-        _RANKINGS.encode(scores)
+        if scores is not None:
+            _RANKINGS.encode(scores)
         t4 = clock()
         # What the first pod after a change pays: the decision without the extender's memo.
         filter_nodes(services.cache.view(), pod, args.NodeNames or [])
@@ -516,13 +535,17 @@ def measure_size(
     requests: int,
     warmup: int,
     time_limit: float,
+    sole_pick: bool = True,
 ) -> SizeResult:
     """Start Muster on ``case`` and measure both servers; prioritize is asked about the nodes
-    Muster's filter lets through, as kube-scheduler does (both servers get the same body)."""
+    Muster's filter lets through, as kube-scheduler does (both servers get the same body), and
+    only when filter left more than one."""
     names = cluster_node_names(case.cluster)
     template = args_template(names)
     with ExitStack() as stack:
-        muster_url = stack.enter_context(server_process("muster", case.cluster, case.fill))
+        muster_url = stack.enter_context(
+            server_process("muster", case.cluster, case.fill, sole_pick)
+        )
         clients = {
             "muster": stack.enter_context(make_client(muster_url)),
             "null": stack.enter_context(make_client(null_url)),
@@ -530,7 +553,7 @@ def measure_size(
         feasible = feasible_names(clients["muster"], template)
         ranked = args_template(feasible)
         latencies = drive(clients, template, ranked, requests, warmup, time_limit)
-    core = measure_in_process(case, template, ranked, requests, warmup, time_limit / 2)
+    core = measure_in_process(case, template, ranked, requests, warmup, time_limit / 2, sole_pick)
     http = {server: verb_stats(lat.client) for server, lat in latencies.items()}
     app = {server: verb_stats(lat.app) for server, lat in latencies.items()}
     return SizeResult(case.label, case.nodes, len(feasible), http, app, core)
@@ -543,12 +566,14 @@ def run(
     time_limit: float = 25.0,
     out: Callable[[str], None] = print,
     openb: bool = False,
+    sole_pick: bool = True,
 ) -> tuple[list[SizeResult], Latency]:
     """Measure every size (and, with ``openb``, the openb cases) and print the tables;
     returns the results and the HTTP floor."""
     results: list[SizeResult] = []
     started = time.monotonic()
     out(environment())
+    out(f"Muster's sole pick: {'on' if sole_pick else 'off (--no-sole-pick)'}")
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as tmp, server_process("null") as url:
         with make_client(url) as client:
             floor = http_floor(client, requests)
@@ -557,7 +582,7 @@ def run(
             cases += openb_cases(Path(tmp))
         for case in cases:
             out(f"... measuring {case.label} nodes")
-            results.append(measure_size(case, url, requests, warmup, time_limit))
+            results.append(measure_size(case, url, requests, warmup, time_limit, sole_pick))
     for line in report(results, floor, warmup):
         out(line)
     out(f"total run time {time.monotonic() - started:.0f} s")
@@ -689,17 +714,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also the openb node list (1213 nodes), empty and full (needs the openb trace)",
     )
+    parser.add_argument(
+        "--no-sole-pick",
+        action="store_true",
+        help="run Muster with --no-sole-pick (filter answers every fitting node; prioritize "
+        "is then asked for every pod)",
+    )
     parser.add_argument("--serve", choices=("muster", "null"), help=argparse.SUPPRESS)
     parser.add_argument("--cluster", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--fill", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.cluster, args.fill, args.kubeconfig)
+        serve(args.serve, args.cluster, args.fill, args.kubeconfig, not args.no_sole_pick)
         return 0
     if args.requests < 1:
         parser.error("--requests must be at least 1")
-    run(args.sizes, args.requests, args.warmup, args.time_limit, openb=args.openb)
+    run(args.sizes, args.requests, args.warmup, args.time_limit, openb=args.openb,
+        sole_pick=not args.no_sole_pick)  # fmt: skip
     return 0
 
 
