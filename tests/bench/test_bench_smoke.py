@@ -56,7 +56,8 @@ def test_benchmark_produces_figures_and_prints_the_table(
                     assert stat.p50 == stat.p99 == 0
                 else:
                     assert 0 < stat.p50 <= stat.p99
-            assert result.app[server][verb].p50 < result.http[server][verb].p99
+            app, http = result.app[server][verb], result.http[server][verb]
+            assert app.p50 < http.p99 or app.p99 == http.p99 == 0
     for stage, stat in result.core.items():
         if stage == "prioritize" and sole_pick:
             continue  # not asked (a timer around nothing)
