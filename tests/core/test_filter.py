@@ -212,3 +212,59 @@ def test_memo_reuses_the_answer_only_for_the_same_question() -> None:
     after = memo.filter(cache.view(), pod("p5", gpu=4), names)
     assert after is not first
     assert after.feasible == [] and after.failed == {"a": "needs 4 nvidia.com/gpu, 2 free"}
+
+
+# (pod shape, what changes between questions: pods placed or removed on a node or two)
+SHAPES = [
+    {"gpu": 1},
+    {"gpu": 4},
+    {"gpu": 2, "tolerations": [TOLERATE_GPU]},
+    {"cpu": "60"},
+    {"annotations": {"muster.io/gpu-fraction": "0.5"}},
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_a_patched_answer_is_the_answer_computed_afresh(
+    shape: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod after pod, a bind or a departure changes a node or two: the memo decides only those
+    candidates again, and its answer equals ``filter_nodes`` on the whole list."""
+    import random
+
+    from app.core.verbs import filter as filter_module
+
+    asked: list[int] = []
+    real = filter_module.filter_nodes
+    monkeypatch.setattr(
+        filter_module, "filter_nodes", lambda v, p, n: asked.append(len(n)) or real(v, p, n)
+    )
+    rng = random.Random(7)
+    cache = ClusterCache()
+    cache.upsert_nodes(
+        [node(f"n{i}", gpus=(8, 4, 0)[i % 3], taints=[GPU_TAINT] if i % 7 == 0 else None)
+         for i in range(48)]
+    )  # fmt: skip
+    names = [f"n{i}" for i in range(48)] + ["ghost"]
+    memo = FilterMemo()
+    running: list[Any] = []
+    for step in range(80):
+        if running and rng.random() < 0.3:
+            cache.delete_pod(running.pop(rng.randrange(len(running))).uid)
+        else:
+            target = f"n{rng.randrange(48)}"
+            placed = pod(f"r{step}", gpu=rng.choice([1, 2, 4]), cpu="8", node=target,
+                         phase="Running")  # fmt: skip
+            cache.upsert_pod(placed)
+            running.append(placed)
+        view = cache.view()
+        asking = pod(f"p{step}", **shape)
+        got = memo.filter(view, asking, names)
+        want = real(view, asking, names)
+        assert (got.feasible, got.failed, got.unresolvable) == (
+            want.feasible,
+            want.failed,
+            want.unresolvable,
+        ), step
+    # After the first question, each was answered by deciding a node or two again.
+    assert asked[0] == len(names) and max(asked[1:]) <= 2

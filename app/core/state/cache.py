@@ -104,6 +104,16 @@ class NodeView:
     #: Free milli-GPU per row and device (``app.core.gpu.ledger``); absent devices show 0.
     gpu_free: np.ndarray
 
+    def changed_rows(self, earlier: NodeView) -> np.ndarray | None:
+        """Rows whose usage (resources or GPU devices) differs from ``earlier``'s; ``None``
+        when ``earlier`` is a view of another node set."""
+        if earlier.table is not self.table or earlier.gpu_free.shape != self.gpu_free.shape:
+            return None
+        diff = (self.used != earlier.used).any(axis=1)
+        diff |= (self.gpu_free != earlier.gpu_free).any(axis=1)
+        rows: np.ndarray = np.flatnonzero(diff)
+        return rows
+
     def gpu_fits(self, ask: GpuAsk, rows: np.ndarray | None = None) -> np.ndarray:
         """Per row (or per ``rows``): do the devices have room for ``ask``
         (``GpuAsk.of(pod)``)? All true for pods without GPUs."""

@@ -142,25 +142,75 @@ def filter_nodes(view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult
 Shape = tuple[Resources, GpuAsk, Constraint]
 
 
+@dataclass(slots=True)
+class _Answer:
+    """One memoised question and its answer; ``ok`` (per candidate: feasible) is made when
+    first patched."""
+
+    view: NodeView
+    shape: Shape
+    names: list[str]
+    result: FilterResult
+    ok: np.ndarray | None = None
+
+
 class FilterMemo:
     """``filter_nodes`` that reuses its last answer for the next pod of the same shape (requests,
-    GPU ask, node constraints) asked about the same candidates on the same ``NodeView``.
+    GPU ask, node constraints) asked about the same candidates.
 
     kube-scheduler asks about the pods of one workload one after another, with the same
-    candidate list; until something changes node usage (a bind, a pod leaving, a
-    reservation: a new view) the answer for each is the same, reasons included. The answer is
-    shared: callers must not change it. Thread-safe (one slot, replaced whole).
+    candidate list. On the same ``NodeView`` the answer is the same, reasons included. On a
+    newer view of the same nodes (a bind or a hold changed a node or two), only the candidates
+    whose usage changed are decided again and patched into the last answer, as long as at most
+    ``PATCH_SHARE`` of the candidates changed: every candidate's answer depends on its own row
+    alone. The answer is shared: callers must not change it. Thread-safe (one slot, replaced
+    whole).
     """
 
+    #: Re-decide only the changed candidates when at most this share of them changed.
+    PATCH_SHARE = 0.125
+
     def __init__(self) -> None:
-        self._last: tuple[NodeView, Shape, list[str], FilterResult] | None = None
+        self._last: _Answer | None = None
 
     def filter(self, view: NodeView, pod: Pod, names: Sequence[str]) -> FilterResult:
-        """``filter_nodes(view, pod, names)``, or the last answer if it is the same question."""
+        """``filter_nodes(view, pod, names)``, or the last answer (patched where the view
+        changed) if it is the same question."""
         shape: Shape = (pod.requests, GpuAsk.of(pod), constraint_of(pod))
         last = self._last
-        if last is not None and last[0] is view and last[1] == shape and last[2] == names:
-            return last[3]
+        if last is not None and last.shape == shape and last.names == names:
+            if last.view is view:
+                return last.result
+            changed = view.changed_rows(last.view)
+            if changed is not None and len(changed) <= self.PATCH_SHARE * len(names):
+                answer = _patched(last, view, pod, changed)
+                self._last = answer
+                return answer.result
         result = filter_nodes(view, pod, names)
-        self._last = (view, shape, list(names), result)
+        self._last = _Answer(view, shape, list(names), result)
         return result
+
+
+def _patched(last: _Answer, view: NodeView, pod: Pod, changed: np.ndarray) -> _Answer:
+    """``last``'s answer on ``view``: the candidates in ``changed`` rows decided again."""
+    names = last.names
+    at = np.flatnonzero(np.isin(view.table.rows(names), changed))
+    if not len(at):
+        return _Answer(view, last.shape, names, last.result, last.ok)
+    ok = last.ok
+    if ok is None:
+        feasible = set(last.result.feasible)
+        ok = np.fromiter((n in feasible for n in names), dtype=bool, count=len(names))
+    again = [names[i] for i in at.tolist()]
+    fresh = filter_nodes(view, pod, again)
+    now = set(fresh.feasible)
+    ok = ok.copy()
+    ok[at] = [n in now for n in again]
+    failed, unresolvable = dict(last.result.failed), dict(last.result.unresolvable)
+    for name in again:
+        failed.pop(name, None)
+        unresolvable.pop(name, None)
+    failed.update(fresh.failed)
+    unresolvable.update(fresh.unresolvable)
+    result = FilterResult(list(compress(names, ok.tolist())), failed, unresolvable)
+    return _Answer(view, last.shape, names, result, ok)
