@@ -656,10 +656,16 @@ def run_contention(
                              "the cluster to fill")  # fmt: skip
             at_fill = _diagnostics(muster)
             limit = 20 * s.runtime * scale + 300
-            end = run.wait(
-                lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs), limit,
-                "every job to finish",
-            )  # fmt: skip
+            stuck = False
+            try:
+                end = run.wait(
+                    lambda: len(kubelet.finished) == len(jobs) and _all_gone(run.tracker, jobs),
+                    limit, "every job to finish",
+                )  # fmt: skip
+            except TimeoutError:
+                # kube-scheduler alone can deadlock: partial gangs hold every GPU, so no job
+                # ever starts again. Report what was done by then instead of nothing.
+                end, stuck = time.monotonic(), True
             if kubelet.error is not None:
                 raise RuntimeError(f"kubelet failed: {kubelet.error}")
         ready = {
@@ -679,6 +685,7 @@ def run_contention(
                 "fill_pods": fit * s.gang_size,
                 "whole": len(kubelet.started),
                 "jobs": len(jobs),
+                "stuck": stuck,
                 "partial": partial_gangs(run.tracker, s.gang_size),
                 "overcommit": run.tracker.overcommit(),
             }
@@ -1003,7 +1010,9 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
         m, a = muster["contention"], alone.get("contention", {})
 
         def g(d: dict[str, Any], k: str, f: str) -> str:
-            return format(d[k], f) if k in d else "-"
+            if k not in d:
+                return "-"
+            return format(d[k], f) + (" (stuck)" if d.get("stuck") else "")
 
         row("3 contention: GPU idle while work waits (%)", g(m, "idle_pct", ".1f"),
             g(a, "idle_pct", ".1f"), "", "<= 2%")  # fmt: skip
@@ -1019,8 +1028,10 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
             g(a, "makespan_ratio", ".2f"), "", "<= 1.15")  # fmt: skip
         row("3 makespan (s)", g(m, "makespan", ".1f"), g(a, "makespan", ".1f"),
             _ratio(m["makespan"], a["makespan"]) if a else "", "")  # fmt: skip
-        row("3 jobs whole", f"{m['whole']}/{m['jobs']}",
-            f"{a['whole']}/{a['jobs']}" if a else "-", "", "all")  # fmt: skip
+        def whole(d: dict[str, Any]) -> str:
+            return f"{d['whole']}/{d['jobs']}" + (" (stuck)" if d.get("stuck") else "")
+
+        row("3 jobs whole", whole(m), whole(a) if a else "-", "", "all")
         row("3 partial gangs / over-commit", f"{m['partial']} / {m['overcommit']}",
             f"{a['partial']} / {a['overcommit']}" if a else "-", "", "0 / 0")  # fmt: skip
         if "singles" in alone:

@@ -53,3 +53,20 @@ def test_singles_report_the_median_run_with_every_rate(
     assert chosen["rate"] == median
     assert chosen["seconds"] == 400 / median  # the figures of that one run
     assert chosen["rates"] == rates  # in the order they ran
+
+
+def test_a_deadlocked_contention_run_is_reported_not_lost(bench: ModuleType) -> None:
+    """kube-scheduler alone can deadlock on gangs: the run keeps what it measured and says so."""
+    figures = {"idle_pct": 1.0, "idle_after_fill_pct": 0.5, "idle_whole_pct": 0.5,
+               "reuse_p50": 0.5, "reuse_p99": 2.0, "makespan_ratio": 1.1, "makespan": 300.0,
+               "whole": 60, "jobs": 60, "partial": 0, "overcommit": 0, "stuck": False,
+               "fill_pods": 160, "fill_seconds": 9.0}  # fmt: skip
+    results = bench.Results()
+    results.figures["muster"]["contention"] = figures
+    results.figures["alone"]["contention"] = {**figures, "whole": 41, "partial": 12,
+                                              "makespan": 1500.0, "stuck": True}  # fmt: skip
+    table = bench.report(results, bench.Sizes(), 1.0)
+    (jobs,) = [line for line in table.splitlines() if line.startswith("3 jobs whole")]
+    assert "60/60 " in jobs and "41/60 (stuck)" in jobs
+    (makespan,) = [line for line in table.splitlines() if line.startswith("3 makespan (s)")]
+    assert "1500.0 (stuck)" in makespan

@@ -79,7 +79,9 @@ class Extender:
     def filter(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
     ) -> FilterResult:
-        """Which candidates may take ``pod`` (``nodes`` also refresh the cache). The answer
+        """Which candidates may take ``pod`` (``nodes`` also refresh the cache). A gang member
+        gets its planned node alone; a pod on its own, with ``sole_pick``, Muster's best node
+        alone (held) when nothing else would weigh in kube-scheduler's scoring. The answer
         may be shared with other calls (``FilterMemo``): do not change it."""
         pod, names = self._candidates(pod, names, nodes)
         if self.gpu is not None:
@@ -112,9 +114,10 @@ class Extender:
     def _sole_pick(self, pod: Pod, result: FilterResult) -> FilterResult:
         """``result`` narrowed to Muster's best feasible node (held for the pod), when nothing
         else would weigh in kube-scheduler's scoring; else ``result`` as it is."""
-        ranking = self._rank(pod, result.feasible)
-        if solepick.needs_scoring(pod, ranking.table, ranking.rows) is not None:
+        table = self.cache.view().table
+        if solepick.needs_scoring(pod, table, table.rows(result.feasible)) is not None:
             return result
+        ranking = self._rank(pod, result.feasible)
         best = self._best(pod, ranking)
         if best is None:
             return result
