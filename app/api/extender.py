@@ -98,7 +98,7 @@ class _FilterAnswers:
         last = self._last
         if last is not None and last[0] is result and last[1] == mirror:
             return last[2]
-        failed = {**result.failed, **result.passed_over} if result.passed_over else result.failed
+        failed = result.failed
         if mirror:
             # kube-scheduler 1.20 and older ignore FailedAndUnresolvableNodes and would drop
             # those reasons from the pod's event; 1.21+ let that map win for a node in both.
@@ -146,13 +146,11 @@ async def filter_nodes(request: Request) -> Response:
         m.labels("failed").inc(len(result.failed))
         m.labels("unresolvable").inc(len(result.unresolvable))
         if result.passed_over:
-            m.labels("passed_over").inc(len(result.passed_over))
+            m.labels("passed_over").inc(result.passed_over)
         mirror = services.settings.mirror_unresolvable
         if args.Nodes is None:
             return Response(_ANSWERS.encode(result, mirror), media_type=_JSON)
-        failed = {**result.failed, **result.passed_over}
-        if mirror:
-            failed.update(result.unresolvable)
+        failed = {**result.failed, **result.unresolvable} if mirror else result.failed
         keep = set(result.feasible)
         pairs = zip(args.Nodes.items, nodes or (), strict=True)
         items = [item for item, node in pairs if node.name in keep]

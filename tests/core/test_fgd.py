@@ -361,3 +361,41 @@ def test_default_policy_is_the_live_muster_policy() -> None:
     assert live.mix() == WorkloadMix.of([HALF])  # the pod is in the mix it is ranked against
     assert np.isfinite(live.rank(t, HALF).cost).all()
     assert live.rank(t, HALF).device is not None
+
+
+@pytest.mark.parametrize("fraction", [None, "0.5"], ids=["whole GPU", "GPU share"])
+def test_a_patched_live_ranking_is_the_ranking_made_afresh(fraction: str | None) -> None:
+    """The live placement re-ranks only the nodes a bind or a hold changed: its answer equals
+    the policy's ranking of the whole cluster on every view, devices included."""
+    import random
+
+    from app.core.policies.fgd import default_policy
+    from app.core.policies.gpuplacement import GpuPlacement, node_table
+    from app.core.state.cache import ClusterCache
+    from tests.factories import node, pod
+
+    rng = random.Random(3)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=(8, 4, 2)[i % 3], cpu="64") for i in range(40)])
+    live = GpuPlacement(default_policy())
+    annotations = {"muster.io/gpu-fraction": fraction} if fraction else None
+    asking = pod("asking", gpu=0 if fraction else 1, annotations=annotations)
+    live.observe(asking)
+    placed: list[str] = []
+    for step in range(60):
+        if placed and rng.random() < 0.3:
+            cache.delete_pod(placed.pop(rng.randrange(len(placed))))
+        else:
+            running = pod(f"r{step}", gpu=rng.choice([1, 2]), cpu="4", node=f"n{rng.randrange(40)}",
+                          phase="Running")  # fmt: skip
+            cache.upsert_pod(running)
+            placed.append(running.uid)
+        view = cache.view()
+        got = live.rank(view, asking)
+        want = live.policy.rank(node_table(view), PodAsk.of(asking))  # the whole table afresh
+        assert np.array_equal(got.cost, want.cost), step
+        assert (got.device is None) == (want.device is None)
+        if want.device is not None:
+            assert got.device is not None
+            finite = np.isfinite(want.cost)
+            assert np.array_equal(got.device[finite], want.device[finite]), step

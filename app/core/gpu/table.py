@@ -206,6 +206,22 @@ class GpuTable:
     def __len__(self) -> int:
         return len(self.names)
 
+    #: The arrays with one entry per row (``take`` selects them).
+    _PER_ROW = ("devices", "free", "model", "cpu_cap", "mem_cap", "cpu_free", "mem_free",
+                "free_total", "free_max", "full")  # fmt: skip
+
+    def take(self, rows: np.ndarray) -> GpuTable:
+        """Only ``rows``, in that order, as a table of their own (the same models and device
+        width, so a policy judges each row exactly as in this table)."""
+        other = object.__new__(GpuTable)
+        other.__dict__.update(self.__dict__)
+        for attr in self._PER_ROW:
+            setattr(other, attr, getattr(self, attr)[rows])
+        picked = rows.tolist()
+        other.names = [self.names[i] for i in picked]
+        other.topology = [self.topology[i] for i in picked]
+        return other
+
     def copy(self) -> GpuTable:
         """An independent copy (names and topologies are shared: they never change)."""
         other = object.__new__(GpuTable)

@@ -53,6 +53,24 @@ def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
     return skeleton.with_usage(view.gpu_free, free[:, 1], free[:, 2] // MIB_MILLI)
 
 
+#: Re-rank only the rows whose usage changed when at most this share of them changed.
+PATCH_SHARE = 0.125
+
+
+def _patched(last: DeviceRanking, fresh: DeviceRanking | None, rows: np.ndarray) -> DeviceRanking:
+    """``last`` with ``rows`` replaced by ``fresh`` (a ranking of those rows alone; ``None``:
+    no row changed)."""
+    if fresh is None:
+        return last
+    cost = last.cost.copy()
+    cost[rows] = fresh.cost
+    if last.device is None or fresh.device is None:  # the same ask: both or neither
+        return DeviceRanking(cost)
+    device = last.device.copy()
+    device[rows] = fresh.device
+    return DeviceRanking(cost, device)
+
+
 class GpuPlacement:
     """A live GPU policy (Muster's default: ``fgd.default_policy()``, chosen by the
     composition root ``app.wiring``) over the cluster cache; thread-safe."""
@@ -96,8 +114,18 @@ class GpuPlacement:
             # shape share it until usage changes or the mix is recompiled.
             ask, mix = PodAsk.of(pod), self.policy.mix()
             last = self._last
-            if last is not None and last[0] is view and last[1] == ask and last[2] is mix:
-                return last[3]
+            if last is not None and last[1] == ask and last[2] is mix:
+                if last[0] is view:
+                    return last[3]
+                # A bind or a hold changed a node or two: rank only those again (each row's
+                # cost depends on that row alone).
+                changed = view.changed_rows(last[0])
+                if changed is not None and len(changed) <= PATCH_SHARE * len(view.nodes):
+                    table = self.table(view)
+                    fresh = self.policy.rank(table.take(changed), ask) if len(changed) else None
+                    ranking = _patched(last[3], fresh, changed)
+                    self._last = (view, ask, mix, ranking)
+                    return ranking
             ranking = self.policy.rank(self.table(view), ask)
             self._last = (view, ask, mix, ranking)
             return ranking

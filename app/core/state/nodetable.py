@@ -44,7 +44,8 @@ class NodeTable:
         self.special = special
         self._lock = threading.Lock()
         self._columns: dict[str, np.ndarray] = {}
-        self._last_rows: tuple[list[str], np.ndarray] | None = None
+        #: Recent ``rows`` answers, newest first (replaced whole: thread-safe).
+        self._recent_rows: list[tuple[list[str], np.ndarray]] = []
         self._derived: dict[Hashable, object] = {}
 
     #: At most this many ``derived`` values are kept (then they are made afresh).
@@ -109,18 +110,23 @@ class NodeTable:
         """``'{"Host":"<name>","Score":'`` per row, for fast prioritize answers."""
         return ['{"Host":' + json.dumps(n.name) + ',"Score":' for n in self.nodes]
 
+    #: How many recent name lists ``rows`` remembers (the candidates, and the feasible ones).
+    RECENT_ROWS = 4
+
     def rows(self, names: list[str]) -> np.ndarray:
         """Row per name, ``-1`` for names not in the table.
 
-        kube-scheduler tends to send the same candidates pod after pod; comparing with the
-        last list costs a fraction of looking every name up again.
+        kube-scheduler tends to send the same candidates pod after pod, and filter then ranks
+        the same feasible ones; comparing with a few recent lists costs a fraction of looking
+        every name up again.
         """
-        last = self._last_rows
-        if last is not None and last[0] == names:
-            return last[1]
+        recent = self._recent_rows
+        for known, rows in recent:
+            if known == names:
+                return rows
         rows = np.fromiter(
             map(self.index.get, names, repeat(-1, len(names))), dtype=np.int64, count=len(names)
         )
         rows.setflags(write=False)
-        self._last_rows = (list(names), rows)
+        self._recent_rows = [(list(names), rows), *recent[: self.RECENT_ROWS - 1]]
         return rows

@@ -121,13 +121,11 @@ class Extender:
         best = self._best(pod, ranking)
         if best is None:
             return result
-        pick = ranking.names[best]
-        why = f"feasible; Muster picked {pick} for this pod"
         return FilterResult(
-            feasible=[pick],
+            feasible=[ranking.names[best]],
             failed=result.failed,
             unresolvable=result.unresolvable,
-            passed_over={n: why for n in result.feasible if n != pick},
+            passed_over=len(result.feasible) - 1,
         )
 
     def _rank(self, pod: Pod, names: list[str]) -> Ranking:

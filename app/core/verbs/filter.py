@@ -32,14 +32,15 @@ UNKNOWN_NODE = "unknown node"
 class FilterResult:
     """Feasible node names, in request order, and reasons for the rest.
 
-    ``passed_over``: feasible nodes left out because Muster's pick answers alone
-    (``app.core.policies.solepick``), each with the pick; on the wire they join FailedNodes.
+    ``passed_over``: how many feasible nodes were left out because Muster's pick answers
+    alone (``app.core.policies.solepick``). They stay off the wire: kube-scheduler needs no
+    word on them, and on a large cluster they would be most of every answer.
     """
 
     feasible: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
-    passed_over: dict[str, str] = field(default_factory=dict)
+    passed_over: int = 0
 
 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
