@@ -268,3 +268,23 @@ def test_a_patched_answer_is_the_answer_computed_afresh(
         ), step
     # After the first question, each was answered by deciding a node or two again.
     assert asked[0] == len(names) and max(asked[1:]) <= 2
+
+
+@pytest.mark.parametrize(("busy", "patched"), [(1, True), (2, True), (3, False), (8, False)])
+def test_the_memo_patches_only_while_few_nodes_changed(busy: int, patched: bool) -> None:
+    """16 nodes: up to 2 changed (an eighth) are decided again alone; more, and filter starts
+    afresh (the answer is the same either way)."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(16)])
+    names = [f"n{i}" for i in range(16)]
+    memo = FilterMemo()
+    memo.filter(cache.view(), pod("p0", gpu=4), names)
+    before = cache.view()
+    cache.upsert_pods([pod(f"r{i}", gpu=6, node=f"n{i}", phase="Running") for i in range(busy)])
+    changed = cache.view().changed_rows(before)
+    assert (changed is not None) == patched
+    if changed is not None:
+        assert changed.tolist() == list(range(busy))
+    got = memo.filter(cache.view(), pod("p1", gpu=4), names)
+    assert got.feasible == names[busy:]
+    assert got.failed == {f"n{i}": "needs 4 nvidia.com/gpu, 2 free" for i in range(busy)}

@@ -53,10 +53,6 @@ def node_table(view: NodeView, skeleton: GpuTable | None = None) -> GpuTable:
     return skeleton.with_usage(view.gpu_free, free[:, 1], free[:, 2] // MIB_MILLI)
 
 
-#: Re-rank only the rows whose usage changed when at most this share of them changed.
-PATCH_SHARE = 0.125
-
-
 def _patched(last: DeviceRanking, fresh: DeviceRanking | None, rows: np.ndarray) -> DeviceRanking:
     """``last`` with ``rows`` replaced by ``fresh`` (a ranking of those rows alone; ``None``:
     no row changed)."""
@@ -120,7 +116,7 @@ class GpuPlacement:
                 # A bind or a hold changed a node or two: rank only those again (each row's
                 # cost depends on that row alone).
                 changed = view.changed_rows(last[0])
-                if changed is not None and len(changed) <= PATCH_SHARE * len(view.nodes):
+                if changed is not None:
                     table = self.table(view)
                     fresh = self.policy.rank(table.take(changed), ask) if len(changed) else None
                     ranking = _patched(last[3], fresh, changed)

@@ -88,6 +88,11 @@ class WaitedLock:
         self.release()
 
 
+#: Memos of per-node answers (``FilterMemo``, the GPU ranking) patch the rows that changed
+#: when at most this share of the nodes did; past it, patching costs as much as starting anew.
+PATCH_SHARE = 0.125
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     """An immutable view of every node and its usage at one cache generation.
@@ -105,14 +110,15 @@ class NodeView:
     gpu_free: np.ndarray
 
     def changed_rows(self, earlier: NodeView) -> np.ndarray | None:
-        """Rows whose usage (resources or GPU devices) differs from ``earlier``'s; ``None``
-        when ``earlier`` is a view of another node set."""
+        """Rows whose usage (resources or GPU devices) differs from ``earlier``'s, for a memo
+        made on ``earlier`` to patch; ``None`` (start afresh) when ``earlier`` is a view of
+        another node set, or more than ``PATCH_SHARE`` of the rows changed."""
         if earlier.table is not self.table or earlier.gpu_free.shape != self.gpu_free.shape:
             return None
         diff = (self.used != earlier.used).any(axis=1)
         diff |= (self.gpu_free != earlier.gpu_free).any(axis=1)
         rows: np.ndarray = np.flatnonzero(diff)
-        return rows
+        return rows if len(rows) <= PATCH_SHARE * len(diff) else None
 
     def gpu_fits(self, ask: GpuAsk, rows: np.ndarray | None = None) -> np.ndarray:
         """Per row (or per ``rows``): do the devices have room for ``ask``

@@ -162,14 +162,10 @@ class FilterMemo:
     kube-scheduler asks about the pods of one workload one after another, with the same
     candidate list. On the same ``NodeView`` the answer is the same, reasons included. On a
     newer view of the same nodes (a bind or a hold changed a node or two), only the candidates
-    whose usage changed are decided again and patched into the last answer, as long as at most
-    ``PATCH_SHARE`` of the candidates changed: every candidate's answer depends on its own row
-    alone. The answer is shared: callers must not change it. Thread-safe (one slot, replaced
-    whole).
+    whose usage changed are decided again and patched into the last answer
+    (``NodeView.changed_rows``): every candidate's answer depends on its own row alone. The
+    answer is shared: callers must not change it. Thread-safe (one slot, replaced whole).
     """
-
-    #: Re-decide only the changed candidates when at most this share of them changed.
-    PATCH_SHARE = 0.125
 
     def __init__(self) -> None:
         self._last: _Answer | None = None
@@ -183,7 +179,7 @@ class FilterMemo:
             if last.view is view:
                 return last.result
             changed = view.changed_rows(last.view)
-            if changed is not None and len(changed) <= self.PATCH_SHARE * len(names):
+            if changed is not None:
                 answer = _patched(last, view, pod, changed)
                 self._last = answer
                 return answer.result
