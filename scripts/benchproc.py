@@ -73,12 +73,15 @@ class Latency:
 
     @classmethod
     def of(cls, samples_ns: Sequence[int]) -> Latency:
-        """Percentiles of nanosecond samples; ``per_second`` = calls / time spent in them."""
+        """Percentiles of nanosecond samples; ``per_second`` = calls / time spent in them (0
+        when no time was spent: a call never made, recorded as 0 ns)."""
         if not samples_ns:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
         ns = np.asarray(samples_ns, dtype=np.float64)
         p50, p90, p99 = (float(x) for x in np.percentile(ns, [50, 90, 99]) / 1e6)
-        return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, len(ns) / (ns.sum() / 1e9))
+        spent = float(ns.sum()) / 1e9
+        rate = len(ns) / spent if spent else 0.0
+        return cls(len(ns), p50, p90, p99, float(ns.max()) / 1e6, rate)
 
 
 def serve_on_loopback(app: Any, *, as_serve: bool = False) -> None:
