@@ -8,8 +8,9 @@ Usage::
 For each size N it generates an N-node cluster (``gen_cluster.build_cluster``) and measures,
 per pod (requesting 1 GPU; ``NodeNames`` = all N nodes; a fresh name and uid each time):
 
-* **HTTP, Muster**: ``POST /filter`` then ``POST /prioritize`` against ``create_app(Settings(
-  cluster_file=...))`` served by uvicorn;
+* **HTTP, Muster**: ``POST /filter`` then, if filter left more than one node (not with
+  Muster's sole pick; see ``--no-sole-pick``), ``POST /prioritize`` against
+  ``create_app(Settings(cluster_file=...))`` served by uvicorn;
 * **HTTP, null**: the same requests against a "null" FastAPI app whose handlers parse the body
   with the same pydantic model (``wire.ExtenderArgs.model_validate_json``) and answer the
   trivial result serialised the same way as the real handlers (all nodes feasible; every score
@@ -39,12 +40,12 @@ Design choices:
 * The latency measured is the client's view (send, server work, receive), so it includes the
   httpx client's own cost; the ``HTTP floor`` line (an empty ``GET`` on the null server) shows
   that constant share.
-* Nothing is bound, so every pod sees the same cluster; Muster's cache learns one pending
-  pod per filter call, as it would from kube-scheduler. Every pod has the same shape, so
-  after the first one Muster answers from its memo (``FilterMemo``, and the encoded answer):
-  what the pods of one workload cost between two changes of node usage. The in-process
-  table also times ``filter_nodes`` without the memo (what the first pod after a change
-  pays).
+* Nothing is bound; Muster's cache learns one pending pod per filter call, as it would from
+  kube-scheduler, and holds the node it picks for it (the sole pick, or prioritize's pick),
+  so every pod sees one node's usage changed since the pod before. Every pod has the same
+  shape, so Muster answers from its memos patched for that one node (``FilterMemo``, the GPU
+  ranking): what the pods of one workload cost, pod after pod. The in-process table also
+  times ``filter_nodes`` without the memo (what the first pod of a shape pays).
 * ``--openb`` adds the openb node list (1213 nodes, ``app.sim.tracedata``) empty and full:
   every pod of the openb trace that the simulator's default policy places is loaded bound
   where it placed it, with its devices, so a 1-GPU pod fits nowhere and filter gives a
