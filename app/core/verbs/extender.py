@@ -25,7 +25,7 @@ from app.core.model.values import Node, Pod
 from app.core.policies import solepick
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.interfaces import MAX_NODE_SCORE
-from app.core.state.cache import ClusterCache
+from app.core.state.cache import ClusterCache, NodeView
 from app.core.verbs import victimcheck
 from app.core.verbs.bind import BindOutcome
 from app.core.verbs.filter import FilterMemo, FilterResult
@@ -114,10 +114,10 @@ class Extender:
     def _sole_pick(self, pod: Pod, result: FilterResult) -> FilterResult:
         """``result`` narrowed to Muster's best feasible node (held for the pod), when nothing
         else would weigh in kube-scheduler's scoring; else ``result`` as it is."""
-        table = self.cache.view().table
-        if solepick.needs_scoring(pod, table, table.rows(result.feasible)) is not None:
+        view = self.cache.view()
+        if solepick.needs_scoring(pod, view.table, view.table.rows(result.feasible)) is not None:
             return result
-        ranking = self._rank(pod, result.feasible)
+        ranking = self._rank(pod, result.feasible, view)
         best = self._best(pod, ranking)
         if best is None:
             return result
@@ -128,8 +128,8 @@ class Extender:
             passed_over=len(result.feasible) - 1,
         )
 
-    def _rank(self, pod: Pod, names: list[str]) -> Ranking:
-        view = self.cache.view()
+    def _rank(self, pod: Pod, names: list[str], view: NodeView | None = None) -> Ranking:
+        view = view if view is not None else self.cache.view()
         gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
         score = None if gpu is None else partial(gpu.scores, view, pod)
         return rank(view, pod, names, self.strategy, score)
