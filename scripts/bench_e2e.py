@@ -632,6 +632,9 @@ def run_gangs(
             figures["ready_seconds"] = max(t for t in ready if t is not None) - start
         if muster:
             figures["diagnostics"] = _delta(_diagnostics(muster), before)
+        if TIMELINE is not None:
+            where = TIMELINE.with_name(f"{TIMELINE.stem}.gangs{factor}x{TIMELINE.suffix}")
+            where.write_text(json.dumps(_timeline(run, start), indent=0))
         return figures
 
 
@@ -1088,7 +1091,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--timeline",
         type=Path,
-        help="write each contention pod's life (created, rejected, nudged, bound, gone) here",
+        help="write each contention pod's life (created, rejected, nudged, bound, gone) here; "
+        "the gangs scenarios beside it (NAME.gangs1x.json, NAME.gangs3x.json)",
     )
     args = parser.parse_args(argv)  # fmt: skip
     global BACKOFF, TIMELINE

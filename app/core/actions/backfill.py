@@ -327,20 +327,22 @@ def reserve_for(
     within: np.ndarray | None = None,
     planned_start_now: bool = False,
     order: Ending | None = None,
+    memo: EndingMemo | None = None,
 ) -> Reservation | None:
     """Where and when ``members`` could start once the earliest-ending pods are gone.
 
     ``snapshot.view`` must not count existing holds. ``within``: a row mask the gang must stay
     in (one topology domain). ``planned_start_now``: pods reserved by plans count as starting
     now (so their room frees after their runtime too). ``order``: ``ending`` of the same
-    arguments, if the caller has it. ``None`` if the gang would not fit even with every
-    running pod (there) gone.
+    arguments, if the caller has it; else it is worked out (``memo``: kept from earlier calls,
+    see ``ending``). ``None`` if the gang would not fit even with every running pod (there)
+    gone.
     """
     view = snapshot.view
     allowed = None if within is None else {p.uid: within for p in members}
     if order is None:
         order = ending(snapshot, now=now, default_runtime=default_runtime, within=within,
-                       planned_start_now=planned_start_now)  # fmt: skip
+                       planned_start_now=planned_start_now, memo=memo)  # fmt: skip
     bound = FitBound(view, members)
 
     def attempt(k: int) -> Allocation:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.core.actions.backfill import Reservation, reserve_for
+from app.core.actions.backfill import EndingMemo, Reservation, reserve_for
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.state.cache import NodeView, Snapshot
@@ -58,10 +58,12 @@ def hold_for(
     now: float,
     default_runtime: float,
     strategy: str,
+    memo: EndingMemo | None = None,
 ) -> Reservation | None:
     """The soonest-freeing room for ``gang`` (inside one of ``domains`` if given).
 
-    ``snapshot.view`` must not count holds (see ``reserve_for``)."""
+    ``snapshot.view`` must not count holds (see ``reserve_for``). ``memo``: the running pods'
+    ending entries kept from the last call (every cycle asks; few pods change in between)."""
     options = [
         reserve_for(
             snapshot,
@@ -71,6 +73,7 @@ def hold_for(
             default_runtime=default_runtime,
             strategy=strategy,
             within=mask,
+            memo=memo,
         )
         for mask in (domains if domains is not None else [None])
     ]

@@ -1,5 +1,6 @@
 """What keeps a cycle's cost proportional to what changed: gangs rebuilt only when their
-members change, queue names read once per pod, a failed placement remembered per view."""
+members change, queue names read once per pod, a failed placement remembered per view, and
+a gang that found no room carried over while it still cannot fit."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.queues import QueueConfig
@@ -362,3 +365,72 @@ class _Identity:
 
     def __hash__(self) -> int:
         return id(self.obj)
+
+
+class StillBlocked:
+    """Gangs that found no room, carried to later cycles while they still cannot fit.
+
+    Where a gang's core can go depends only on the view, its member pods and where its bound
+    members are (see ``FailedPlacements``). A gang whose members are the very same pod objects
+    finds no room again on a view where no node has more room than where it last found none
+    (the same node table, no resource less used, no device with more GPU free:
+    ``NodeView.roomier_than``), or where the quick bound (``FitBound``) rules its members out:
+    a queue of gangs behind a full cluster then costs a cycle a lookup each instead of a
+    placement each. The planner clears it on every forced cycle, so a gang the placement
+    search would fit only on a smaller view (it is a heuristic for gangs of mixed shapes)
+    waits at most that long.
+    """
+
+    def __init__(self) -> None:
+        # gang key -> its members, the view it found no room on, and its quick bound (made
+        # when first needed, for one node table).
+        self._failed: dict[str, _Blocked] = {}
+        # (id of the view now, id of the earlier one) -> both views (so the ids stay theirs)
+        # and whether the first is roomier; a cycle compares a handful of views.
+        self._compared: dict[tuple[int, int], tuple[NodeView, NodeView, bool]] = {}
+
+    def begin(self, keep: Iterable[str] | None) -> None:
+        """Start a cycle: forget every gang (``keep`` None: a forced cycle) or those whose key
+        is not in ``keep`` (gone, or planned)."""
+        self._compared = {}
+        if keep is None:
+            self._failed = {}
+        else:
+            wanted = set(keep)
+            self._failed = {k: v for k, v in self._failed.items() if k in wanted}
+
+    def remember(self, gang: Gang, view: NodeView, core: Sequence[Pod]) -> None:
+        """``gang`` found no room on ``view`` for ``core`` (its members still to place)."""
+        self._failed[gang.key] = _Blocked(tuple(gang.members), tuple(core), view)
+
+    def still(self, gang: Gang, view: NodeView) -> bool:
+        """Whether ``gang`` would find no room on ``view`` for the reason remembered."""
+        hit = self._failed.get(gang.key)
+        if hit is None:
+            return False
+        if len(hit.members) != len(gang.members) or any(
+            a is not b for a, b in zip(hit.members, gang.members, strict=True)
+        ):
+            return False
+        earlier = hit.view
+        if view is earlier:
+            return True
+        key = (id(view), id(earlier))
+        known = self._compared.get(key)
+        if known is None:
+            known = self._compared[key] = (view, earlier, view.roomier_than(earlier))
+        if not known[2]:
+            return True
+        if hit.bound is None or hit.bound[0] is not view.table:
+            hit.bound = (view.table, FitBound(view, hit.core))
+        return not hit.bound[1].possible(view)
+
+
+@dataclass
+class _Blocked:
+    """What ``StillBlocked`` keeps of one gang."""
+
+    members: tuple[Pod, ...]
+    core: tuple[Pod, ...]
+    view: NodeView
+    bound: tuple[object, FitBound] | None = None

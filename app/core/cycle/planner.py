@@ -38,13 +38,20 @@ from app.core.actions.allocate_in_domain import (
     next_domain,
     reaches,
 )
-from app.core.actions.backfill import Reservation, may_backfill
+from app.core.actions.backfill import EndingMemo, Reservation, may_backfill
 from app.core.actions.victims import Unit, running_units
 from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.makeroom import make_room, may_take_room
-from app.core.cycle.memos import FailedPlacements, GangMemo, QueueNames, SnapshotMemo, gangs_of
+from app.core.cycle.memos import (
+    FailedPlacements,
+    GangMemo,
+    QueueNames,
+    SnapshotMemo,
+    StillBlocked,
+    gangs_of,
+)
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
@@ -200,7 +207,10 @@ class Planner:
         self._looked = -math.inf
         self._looking = _LookMemos(queue_names=QueueNames(scheduler_name))
         self._failed = FailedPlacements()
+        self._still = StillBlocked()
         self._demand = DemandMemo()
+        # The running pods' ending order, kept between the head-of-line holds of cycles.
+        self._ending = EndingMemo()
         #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
         self._nudged_at: dict[str, float] = {}
         self._asked: dict[str, float] = {}
@@ -826,7 +836,7 @@ class Planner:
             started = time.perf_counter()
             owner = self._cache.holds[0]
             session = Session(self._cache, self._plans)
-            planned, head = self._run(session, now)
+            planned, head = self._run(session, now, force=force)
             applied = self._commit(session)
             self._head = head
             self._last_generation = applied.generation if applied.clean else session.statement.base
@@ -850,9 +860,10 @@ class Planner:
             return [g for g, _ in made]
 
     def _run(
-        self, session: Session, now: float
+        self, session: Session, now: float, *, force: bool = False
     ) -> tuple[list[tuple[str, str]], Reservation | None]:
-        """One cycle's decisions, all taken in ``session``."""
+        """One cycle's decisions, all taken in ``session`` (``force``: no gang's lack of
+        room is carried over from earlier cycles, see ``StillBlocked``)."""
         snapshot = session.snapshot
         gangs = gangs_of(snapshot, self._gang_memo)
         self._conflicted = [g for g in gangs.values() if g.conflicts]
@@ -876,6 +887,7 @@ class Planner:
             by_queue.setdefault(queue, []).append(gang)
         for line in by_queue.values():
             line.sort(key=self._order.key)
+        self._still.begin(None if force else queues)
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
         while by_queue:
@@ -1189,6 +1201,12 @@ class Planner:
             self._reasons[gang.key] = blocked.reason
             return False, None
         view = self._view_for(session, gang.key, core)
+        if (
+            not first
+            and self._still.still(gang, view)
+            and not self._may_preempt(session, core, queue)
+        ):
+            return False, None  # no node gained room since it found none: its reason stands
         allocation = self._allocate(session, view, core, gang)
         # Its topology ask, not capacity, blocks it: preemption is not topology-aware, so it
         # would free room outside the domain it asks for.
@@ -1216,6 +1234,7 @@ class Planner:
                         now=self._wall(),
                         default_runtime=self._default_runtime,
                         strategy=self._strategy,
+                        memo=self._ending,
                     )
                 if held is None and shape is not None:
                     # Room only fills up during a cycle: an alike gang finds none either.
@@ -1225,6 +1244,8 @@ class Planner:
                     wait = max(held.start - self._wall(), 0.0)
                     nodes = ", ".join(sorted(held.holds))
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
+            else:  # a reason without the hold of the first in line: it may be carried over
+                self._still.remember(gang, view, core)
             self._reasons[gang.key] = reason
             return False, held
         session.reserve(gang.key, allocation.placed, allocation.devices)
@@ -1248,12 +1269,9 @@ class Planner:
     ) -> bool:
         """Plan ``gang`` onto room that evicting whole lower-priority gangs (or, for a queue
         below its guarantee, borrowed work) would free; queue those evictions."""
-        if not self._preemption:
+        if not self._may_preempt(session, core, queue):
             return False
         config = self._queues.config
-        priority = max(p.priority for p in core)
-        if not may_take_room(config, queue, self._lowest_running_priority(session), priority):
-            return False
         wall = self._wall()
         self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
         snapshot, all_units = self._running_units(session, config, wall)
@@ -1288,6 +1306,14 @@ class Planner:
         self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
         session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
         return True
+
+    def _may_preempt(self, session: Session, core: Sequence[Pod], queue: str) -> bool:
+        """Whether ``core`` (of a gang in ``queue``) may take room from running work at all."""
+        if not self._preemption:
+            return False
+        priority = max(p.priority for p in core)
+        lowest = self._lowest_running_priority(session)
+        return may_take_room(self._queues.config, queue, lowest, priority)
 
     def _lowest_running_priority(self, session: Session) -> int | None:
         """The lowest priority of any pod holding a node (``None``: none), once per cache

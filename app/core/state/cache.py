@@ -120,6 +120,14 @@ class NodeView:
         rows: np.ndarray = np.flatnonzero(diff)
         return rows if len(rows) <= PATCH_SHARE * len(diff) else None
 
+    def roomier_than(self, earlier: NodeView) -> bool:
+        """Whether some node has more room here than in ``earlier`` (less of a resource used,
+        or more milli-GPU free on a device), or the two views are of other node tables. When
+        not, whatever found no room on ``earlier`` finds none here either."""
+        if earlier.table is not self.table or earlier.gpu_free.shape != self.gpu_free.shape:
+            return True
+        return bool((self.used < earlier.used).any() or (self.gpu_free > earlier.gpu_free).any())
+
     def gpu_fits(self, ask: GpuAsk, rows: np.ndarray | None = None) -> np.ndarray:
         """Per row (or per ``rows``): do the devices have room for ``ask``
         (``GpuAsk.of(pod)``)? All true for pods without GPUs."""
