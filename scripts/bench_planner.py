@@ -15,6 +15,11 @@ a fresh cache (median and best reported):
   least);
 * **after one change**: one more cycle after one planned gang's pods are deleted (the
   steady state: a cycle after an event);
+* **after one arrival**: every plan's pods bound, then one more gang arrives and a cycle runs;
+  then another, and a forced cycle runs. With a cluster smaller than the demand the gangs
+  that found no room wait: not forced, those that still cannot fit are carried over from the
+  cycle before (``StillBlocked``); forced, every one is judged afresh (the planner loop forces
+  a cycle every second);
 * **baseline**: what any cycle must do before it decides anything, on the same cache: take
   the snapshot and group the pods into gangs (``cache.snapshot()`` + ``gangs_of``).
 
@@ -50,6 +55,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +151,11 @@ def timed(action: Callable[[], object], cpu: list[float] | None = None) -> float
         gc.enable()
 
 
-def one_run(nodes: list[Node], pods: list[Pod]) -> tuple[float, float, float, float, int]:
-    """(full cycle ms, its CPU ms, cycle after one change ms, baseline ms, gangs planned) on a
-    fresh cache."""
+def one_run(
+    nodes: list[Node], pods: list[Pod]
+) -> tuple[float, float, float, float, float, float, int]:
+    """(full cycle ms, its CPU ms, cycle after one change ms, cycle after one arrival ms, the
+    same forced ms, baseline ms, gangs planned) on a fresh cache."""
     cache = ClusterCache()
     cache.upsert_nodes(nodes)
     cache.upsert_pods(pods)
@@ -163,7 +171,25 @@ def one_run(nodes: list[Node], pods: list[Pod]) -> tuple[float, float, float, fl
         for uid in plan.members:
             cache.delete_pod(uid)
     after = timed(lambda: planner.cycle())
-    return full, cpu[0], after, baseline, len(planned)
+    # Every plan binds; then one more gang arrives, twice: the waiting gangs (if the cluster
+    # is smaller than the demand) are carried over in the first cycle, judged afresh in the
+    # forced one (``StillBlocked``).
+    for key in planner.cycle(force=True) + planned:
+        plan = planner.plan(key)
+        for uid, where in (plan.members if plan is not None else {}).items():
+            pod = cache.pod(uid)
+            if pod is not None and not pod.node_name:
+                cache.upsert_pod(replace(pod, node_name=where, phase="Running"))
+    planner.cycle()
+    size = len(pods) // max(len({p.labels.get("muster.io/pod-group") for p in pods}), 1)
+    arrived = []
+    for n in range(2):
+        gang = [replace(p, uid=f"{p.uid}-a{n}", name=f"{p.name}-a{n}",
+                        labels={**p.labels, "muster.io/pod-group": f"arrival-{n}"})
+                for p in pods[-size:]]  # fmt: skip
+        cache.upsert_pods(gang)
+        arrived.append(timed(lambda force=n == 1: planner.cycle(force=force)))
+    return full, cpu[0], after, arrived[0], arrived[1], baseline, len(planned)
 
 
 def solo_pod(i: int, gang: str = "") -> Pod:
@@ -332,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     nodes = make_nodes(args.nodes)
     pods = make_gangs(args.gangs, args.size, args.queues)
     runs = [one_run(nodes, pods) for _ in range(args.repeat)]
-    full, cpu, after, base, planned = (list(x) for x in zip(*runs, strict=True))
+    full, cpu, after, arrival, forced, base, planned = (list(x) for x in zip(*runs, strict=True))
     print(
         f"planner cycle: {args.nodes} nodes x 8 GPUs, {args.gangs} gangs x {args.size} pods "
         f"({len(pods)} pending), {args.queues} queue(s); {planned[0]} gangs planned"
@@ -342,9 +368,17 @@ def main(argv: list[str] | None = None) -> int:
             ("full cycle", full),
             ("full cycle, CPU time", cpu),
             ("cycle after one change", after),
+            ("cycle after one arrival", arrival),
+            ("  the same, forced", forced),
             ("baseline (snapshot+gangs)", base),
         ],
         base,
+        width=26,
+    )
+    waiting = len(make_gangs(args.gangs, 1, 1)) - planned[0]
+    print(
+        f"after one arrival: every plan bound, {waiting + 1} gangs waiting; not forced, those "
+        "that still cannot fit are carried over; forced, each is judged afresh"
     )
     if args.filter_calls > 0:
         print()
