@@ -27,6 +27,18 @@ def test_planner_benchmark_prints_cycles_and_filter_waits(
     assert "filter while cycles run" in out
     for kind in ("pod on its own", "planned member", "unplanned gang"):
         assert kind in out
+    assert "cycle after one arrival" in out and "the same, forced" in out
+
+
+def test_planner_benchmark_with_gangs_waiting(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cluster smaller than the demand: 4 nodes of 8 GPUs take 8 of 12 gangs of 4."""
+    argv = ["--nodes", "4", "--gangs", "12", "--size", "4", "--repeat", "1"]
+    assert bench.main([*argv, "--filter-calls", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "8 gangs planned" in out
+    assert "every plan bound, 5 gangs waiting" in out
 
 
 def test_planner_benchmark_against_another_checkout(

@@ -12,6 +12,7 @@ import pytest
 from app.core.model import labels
 from app.core.model.values import Pod, Resources
 from app.sim.engine import SimConfig, Simulation
+from app.sim.policies import MusterPolicy
 from app.sim.workload import Arrival, ClusterSpec, Job, WorkloadSpec
 
 # Contended: 12 jobs of 4 x 2 CPU pods (8 CPU each) on 48 CPU, all submitted at once, so
@@ -103,3 +104,26 @@ def test_a_preempted_job_stops_and_starts_over_after_the_preemptor() -> None:
     assert second.started is not None and 100 < second.started < 110  # low was evicted
     assert first.started is not None and first.started >= second.started + 50  # after high
     assert first.finished == first.started + 200 and result.completed == 2
+
+
+def test_the_simulated_planner_loop_forces_a_cycle_once_a_second_as_the_server_does() -> None:
+    """Cycles run every poll; one per loop interval (1 s) is forced, judging every gang afresh
+    (``StillBlocked`` forgets carried gangs then), as ``PlannerLoop`` does in the server."""
+    sim = Simulation(CLUSTER, CONTENDED, SimConfig(policy="muster"))
+    policy = sim.policy
+    assert isinstance(policy, MusterPolicy)
+    forced: list[float] = []
+    plain: list[float] = []
+    real = policy.loop.run_once
+
+    def run_once(*, force: bool = False) -> None:
+        (forced if force else plain).append(sim.clock.now)
+        real(force=force)
+
+    policy.loop.run_once = run_once  # type: ignore[method-assign]
+    result = sim.run()
+    assert policy.loop.interval == 1.0
+    # one per interval, give or take a poll (0.05 s) each
+    assert result.makespan / 1.1 - 1 <= len(forced) <= result.makespan + 1
+    assert all(b - a >= 1.0 - 1e-9 for a, b in zip(forced, forced[1:], strict=False))
+    assert len(plain) > 10 * len(forced)

@@ -84,6 +84,11 @@ class PlannerLoop:
         self._untold: dict[str, tuple[Pod, str, float]] = {}
         self._teller: threading.Thread | None = None
 
+    @property
+    def interval(self) -> float:
+        """Seconds between forced cycles (and queue file reloads)."""
+        return self._interval
+
     def start(self) -> None:
         """Start the loop thread."""
         self._thread = threading.Thread(target=self._run, name="muster-planner", daemon=True)
