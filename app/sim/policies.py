@@ -194,7 +194,6 @@ class MusterPolicy:
         self._expiry_checks: set[float] = set()
         self.barrier_timeouts = 0  # member binds failed because the barrier ran out
         self.rollbacks = 0  # gangs rolled back after a failed bind
-        self._forced = clock.now  # when the last forced cycle ran
         clock.after(config.planner_poll, self._poll)
 
     def schedule(self, pod: Pod) -> Decision:
@@ -252,12 +251,9 @@ class MusterPolicy:
 
     def _poll(self) -> None:
         # A cycle, then the evictions it chose (whole gangs, through the SimApi's Eviction
-        # API: the engine restarts the victims' jobs), then the nudges. As the server's loop
-        # does, a cycle is forced (every gang judged afresh) once per interval.
-        force = self._clock.now - self._forced >= self.loop.interval
-        if force:
-            self._forced = self._clock.now
-        self.loop.run_once(force=force)
+        # API: the engine restarts the victims' jobs), then the nudges; forced once per
+        # interval, as in the server.
+        self.loop.poll_once(self._clock.now)
         self._clock.after(self._config.planner_poll, self._poll)
 
 

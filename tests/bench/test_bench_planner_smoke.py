@@ -16,12 +16,19 @@ def bench() -> Iterator[ModuleType]:
     yield from script_module("bench_planner")
 
 
+def _printed(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str], *, nodes: int, filter_calls: int
+) -> str:
+    """What the benchmark prints for 12 gangs of 4 on ``nodes`` nodes (one repeat)."""
+    argv = ["--nodes", str(nodes), "--gangs", "12", "--size", "4", "--repeat", "1"]
+    assert bench.main([*argv, "--filter-calls", str(filter_calls)]) == 0
+    return capsys.readouterr().out
+
+
 def test_planner_benchmark_prints_cycles_and_filter_waits(
     bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--nodes", "40", "--gangs", "12", "--size", "4", "--repeat", "1"]
-    assert bench.main([*argv, "--filter-calls", "5"]) == 0
-    out = capsys.readouterr().out
+    out = _printed(bench, capsys, nodes=40, filter_calls=5)
     assert "12 gangs planned" in out and "full cycle" in out and "baseline" in out
     assert "full cycle, CPU time" in out
     assert "filter while cycles run" in out
@@ -34,9 +41,7 @@ def test_planner_benchmark_with_gangs_waiting(
     bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A cluster smaller than the demand: 4 nodes of 8 GPUs take 8 of 12 gangs of 4."""
-    argv = ["--nodes", "4", "--gangs", "12", "--size", "4", "--repeat", "1"]
-    assert bench.main([*argv, "--filter-calls", "0"]) == 0
-    out = capsys.readouterr().out
+    out = _printed(bench, capsys, nodes=4, filter_calls=0)
     assert "8 gangs planned" in out
     assert "every plan bound, 5 gangs waiting" in out
 

@@ -11,6 +11,7 @@ the loop removes the gate instead, and kube-scheduler takes the pod for the firs
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -83,6 +84,7 @@ class PlannerLoop:
         #: Stories not told yet, by pod uid: (pod, latest text, when first held).
         self._untold: dict[str, tuple[Pod, str, float]] = {}
         self._teller: threading.Thread | None = None
+        self._forced_at = -math.inf  # when the last forced cycle ran (``poll_once``)
 
     @property
     def interval(self) -> float:
@@ -339,18 +341,21 @@ class PlannerLoop:
                 except GatewayError as exc:
                     log.info("no %s event for %s: %s", CONFLICT_REASON, obj.display, exc)
 
+    def poll_once(self, now: float) -> None:
+        """One poll at ``now`` (seconds on any steady clock): a cycle, forced (and the queue
+        file reloaded) when the last forced one is ``interval`` old (``run_once``)."""
+        force = now - self._forced_at >= self._interval
+        if force and self._queues is not None:
+            self._queues.refresh()
+        self.run_once(force=force)
+        if force:
+            self._forced_at = now
+
     def _run(self) -> None:
-        last = 0.0
         while not self._stop.wait(self._poll):
             if self._active is not None and not self._active():
                 continue  # a follower decides nothing
-            now = time.monotonic()
             try:
-                force = now - last >= self._interval
-                if force and self._queues is not None:
-                    self._queues.refresh()
-                self.run_once(force=force)
-                if force:
-                    last = now
+                self.poll_once(time.monotonic())
             except Exception:  # the loop must survive anything one cycle does
                 log.exception("planner cycle failed")

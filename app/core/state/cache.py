@@ -113,18 +113,22 @@ class NodeView:
         """Rows whose usage (resources or GPU devices) differs from ``earlier``'s, for a memo
         made on ``earlier`` to patch; ``None`` (start afresh) when ``earlier`` is a view of
         another node set, or more than ``PATCH_SHARE`` of the rows changed."""
-        if earlier.table is not self.table or earlier.gpu_free.shape != self.gpu_free.shape:
+        if not self._same_nodes(earlier):
             return None
         diff = (self.used != earlier.used).any(axis=1)
         diff |= (self.gpu_free != earlier.gpu_free).any(axis=1)
         rows: np.ndarray = np.flatnonzero(diff)
         return rows if len(rows) <= PATCH_SHARE * len(diff) else None
 
+    def _same_nodes(self, earlier: NodeView) -> bool:
+        """Whether ``earlier`` is a view of the same node table (rows compare one to one)."""
+        return earlier.table is self.table and earlier.gpu_free.shape == self.gpu_free.shape
+
     def roomier_than(self, earlier: NodeView) -> bool:
         """Whether some node has more room here than in ``earlier`` (less of a resource used,
         or more milli-GPU free on a device), or the two views are of other node tables. When
         not, whatever found no room on ``earlier`` finds none here either."""
-        if earlier.table is not self.table or earlier.gpu_free.shape != self.gpu_free.shape:
+        if not self._same_nodes(earlier):
             return True
         return bool((self.used < earlier.used).any() or (self.gpu_free > earlier.gpu_free).any())
 
