@@ -140,7 +140,7 @@ def test_a_held_story_is_told_again_without_looking() -> None:
     assert first is not None and looks[0] == 1
     cache.upsert_pods([pod("single", gpu=4, node="n0", phase="Running")])
     graph.planner.cycle(force=True)
-    now[0] += 1.0
+    now[0] += REUSE_SECONDS  # the gang's story is worked out afresh for a member never told
     assert headlines(members[0]) == first
     assert looks[0] == 1
     assert headlines(members[1]) != first  # never told: the story as it now is

@@ -66,7 +66,7 @@ from app.core.verbs.filter import filter_nodes
 STEADY_SECONDS = 60.0
 #: How long a gang's headline, once worked out, is given to its other members while the gang
 #: keeps its members (see ``Headlines._fresh``).
-REUSE_SECONDS = 1.0
+REUSE_SECONDS = 5.0
 #: How long a gang found short of members is told so from its member count alone, as members
 #: come, before it is explained again (see ``Headlines._counted``).
 COUNTED_SECONDS = 5.0
