@@ -39,6 +39,7 @@ import argparse
 import heapq
 import json
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,8 @@ NULL_EXTENDER = ROOT / "scripts" / "bench_extender.py"
 BACKOFF: tuple[int, int] | None = None
 #: Where the contention scenario writes each pod's life (``--timeline``), if anywhere.
 TIMELINE: Path | None = None
+#: Extra flags for ``muster serve`` (``--muster-args``).
+MUSTER_ARGS: list[str] = []
 #: kube-scheduler's /metrics while a system runs (read for the contention diagnostics).
 SCHEDULER_METRICS = ""
 
@@ -383,7 +386,8 @@ def muster_process(cp: ControlPlane) -> Iterator[str]:
     assert cp.dir is not None
     log = (cp.dir / "muster.log").open("wb")
     argv = [*MUSTER_COMMAND, "serve", "--kubeconfig", str(cp.kubeconfig),
-            "--port", str(port), "--mirror-unresolvable", "--log-level", "WARNING"]  # fmt: skip
+            "--port", str(port), "--mirror-unresolvable", "--log-level", "WARNING",
+            *MUSTER_ARGS]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -1094,8 +1098,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write each contention pod's life (created, rejected, nudged, bound, gone) here; "
         "the gangs scenarios beside it (NAME.gangs1x.json, NAME.gangs3x.json)",
     )
+    parser.add_argument(
+        "--muster-args",
+        default="",
+        metavar="FLAGS",
+        help="extra flags for muster serve, as one string (e.g. '--bind-barrier 4')",
+    )
     args = parser.parse_args(argv)  # fmt: skip
-    global BACKOFF, TIMELINE
+    global BACKOFF, TIMELINE, MUSTER_ARGS
+    MUSTER_ARGS = shlex.split(args.muster_args)
     BACKOFF = tuple(args.backoff) if args.backoff else None
     TIMELINE = args.timeline
     if args.singles_trials < 1:

@@ -70,3 +70,16 @@ def test_a_deadlocked_contention_run_is_reported_not_lost(bench: ModuleType) -> 
     assert "60/60 " in jobs and "41/60 (stuck)" in jobs
     (makespan,) = [line for line in table.splitlines() if line.startswith("3 makespan (s)")]
     assert "1500.0 (stuck)" in makespan
+
+
+def test_muster_args_reach_muster_serve(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--muster-args`` is split like a shell line and added to ``muster serve``'s flags."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(bench, "run", lambda *a, **k: seen.append(list(bench.MUSTER_ARGS)))
+    monkeypatch.setattr(bench, "report", lambda *a, **k: "")
+    assert (
+        bench.main(["--only", "gangs", "--muster-args", "--bind-barrier 8 --log-level 'INFO'"]) == 0
+    )
+    assert seen == [["--bind-barrier", "8", "--log-level", "INFO"]]
+    bench.main(["--only", "gangs"])
+    assert seen[-1] == []
