@@ -214,10 +214,15 @@ def scheduling_failures(core: kubernetes.client.CoreV1Api, ns: str) -> list[str]
     return [e.message or "" for e in events if e.reason == "FailedScheduling"]
 
 
-def wait_for_failure(core: kubernetes.client.CoreV1Api, ns: str, needle: str, what: str) -> str:
-    """The first ``FailedScheduling`` message in ``ns`` containing ``needle`` (waits 60 s)."""
+def wait_for_failure(
+    core: kubernetes.client.CoreV1Api, ns: str, needle: str, what: str, timeout: float = 60
+) -> str:
+    """The first ``FailedScheduling`` message in ``ns`` containing ``needle`` (waits
+    ``timeout`` seconds)."""
     return wait_for(
-        lambda: next((m for m in scheduling_failures(core, ns) if needle in m), None), 60, what
+        lambda: next((m for m in scheduling_failures(core, ns) if needle in m), None),
+        timeout,
+        what,
     )
 
 
