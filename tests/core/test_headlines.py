@@ -183,3 +183,47 @@ def test_a_gang_short_of_members_is_told_from_its_count(row: Arrival) -> None:
     cache.upsert_pods(members[3:])  # complete: its story is no longer one of counting
     graph.planner.cycle(force=True)
     assert not (headlines(members[3]) or "").startswith("gang-incomplete")
+
+
+@dataclass(frozen=True)
+class Outgrown:
+    name: str
+    #: Asked about the member told '1 of 2' (else the member that completed the gang).
+    told_before: bool
+
+
+OUTGROWN = [
+    Outgrown("the member told '1 of 2'", True),
+    Outgrown("the member that completed the gang, never told", False),
+]
+
+
+@pytest.mark.parametrize("row", OUTGROWN, ids=lambda r: r.name)
+def test_a_story_the_gang_outgrew_is_not_told_while_the_planner_is_busy(row: Outgrown) -> None:
+    """The gang's last story is '1 of 2 members exist'; the second member came and the planner
+    is busy with a cycle: no story (filter gives the planner's 'a cycle is under way'), and
+    the story as it now is comes as news once the cycle is over."""
+    now = [0.0]
+    cache, graph, members = big_gang(1)
+    busy = [False]
+    headlines = Headlines(
+        lambda: None if busy[0] else graph.planner.look(wait=False),
+        lambda: graph.planner.cycles,
+        clock=lambda: now[0],
+        members=cache.gang_size_of,
+    )
+    first = headlines(members[0])
+    assert first is not None and first.startswith("gang-incomplete: 1 of 2"), first
+    headlines.news()
+    cache.upsert_pods(members[1:])
+    busy[0] = True
+    now[0] += 1.0
+    asked = members[0] if row.told_before else members[1]
+    assert headlines(asked) is None
+    assert headlines.news() == []  # still busy: nothing to tell yet
+    busy[0] = False
+    graph.planner.cycle(force=True)
+    news = headlines.news()
+    assert [p.uid for p, _ in news] == [asked.uid], news
+    assert news[0][1].startswith("capacity: "), news
+    assert headlines(asked) == news[0][1]  # and that story is held

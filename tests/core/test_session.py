@@ -362,3 +362,33 @@ def test_plans_of_a_run_of_alike_gangs_get_distinct_random_ids() -> None:
     ids = [plan.id for plan in (planner.plan(key) for key in planned) if plan is not None]
     assert len(set(ids)) == 6
     assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
+
+
+def test_a_member_completing_its_gang_mid_cycle_is_not_told_the_outdated_count() -> None:
+    """The last cycle found the gang one member short; the member that completes it comes
+    while another thread runs a cycle: it is told a cycle is under way, not '1 of 2'."""
+    import threading
+
+    a, b = member("g", 0), member("g", 1)
+    cache = cache_with(a)
+    planner = Planner(cache)
+    planner.cycle()
+    assert planner._reasons["default/g"] == "waiting for members: 1 of 2 exist"
+    cache.upsert_pod(b)
+    running, done = threading.Event(), threading.Event()
+
+    def cycle_in_progress() -> None:
+        with planner._lock:
+            running.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=cycle_in_progress)
+    thread.start()
+    try:
+        assert running.wait(10)
+        told = planner.verdict(b)
+        assert told.reason == f"gang default/g: {planner_module.BUSY}", told.reason
+    finally:
+        done.set()
+        thread.join()
+    assert planner.verdict(b).node == "n0"

@@ -47,11 +47,10 @@ def test_gangs_stay_inside_one_block_or_wait_for_one(cluster: Any) -> None:
         for i in range(2):
             core.create_namespaced_pod(ns, member("strict", i, ns, required))
         # The member that completes the gang may come to filter while the planner loop is
-        # mid-cycle: it is then told the gang's last story (still short of members), and
-        # kube-scheduler 1.20 tries the pair again only when it flushes pods unschedulable
-        # for 60 s (every 30 s): the reason can take up to 90 s to show.
+        # mid-cycle: it is told a cycle is under way (not the outdated '1 of 2'), so its
+        # message changes once the cycle is over and kube-scheduler retries it.
         message = wait_for_failure(
-            core, ns, "topology: no single block", "the strict gang's reason", timeout=100
+            core, ns, "topology: no single block", "the strict gang's reason"
         )
         assert "(gang topo/strict)" in message, message
         assert "no single block has room" in message, message

@@ -83,6 +83,8 @@ __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_
 
 #: Why a member waits when its gang has no plan and a cycle is running in another thread.
 BUSY = "waiting for the planner (a planning cycle is under way)"
+#: How a gang short of members is told (``_short_reason``).
+SHORT_OF_MEMBERS = "waiting for members"
 #: Why a member waits while this replica may not decide (not synced, or not the leader yet).
 NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recorded plans)"
 
@@ -286,7 +288,9 @@ class Planner:
             # rejected now would wait out kube-scheduler's backoff, so wait a little for it.
             with self._held(False, FREED_WAIT if due else 0.0) as held:
                 if not held:
-                    reason = self._reasons.get(spec.key) or BUSY
+                    reason = self._reasons.get(spec.key, "")
+                    if not reason or reason.startswith(SHORT_OF_MEMBERS):
+                        reason = BUSY  # (not short now: the count told last is outdated)
                     return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
                 self.cycle()
             plan = self._plans.get(spec.key)
@@ -311,7 +315,7 @@ class Planner:
             spec = gang_spec(member)
             if spec is None or spec.min_member != minimum or spec.problem or spec.notes:
                 return ""  # a cycle says what is wrong with the gang
-        return f"waiting for members: {len(members)} of {minimum} exist"
+        return _short_reason(len(members), minimum)
 
     def _due(self) -> bool:
         """Whether a node's room was given back since the last cycle (a pod that held it
@@ -1190,9 +1194,7 @@ class Planner:
             return False, None
         missing = gang.min_member - len(gang.bound)
         if len(gang.members) < gang.min_member:
-            self._reasons[gang.key] = (
-                f"waiting for members: {len(gang.members)} of {gang.min_member} exist"
-            )
+            self._reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
             return False, None
         core = gang.pending[:missing]
         demand = demand_of(core)
@@ -1451,3 +1453,8 @@ _UID = operator.attrgetter("uid")
 def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
     """What placing ``pods`` depends on: their requests and node constraints."""
     return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))
+
+
+def _short_reason(members: int, minimum: int) -> str:
+    """Why a gang with ``members`` of the ``minimum`` it needs waits."""
+    return f"{SHORT_OF_MEMBERS}: {members} of {minimum} exist"

@@ -1469,6 +1469,8 @@ class Headlines:
         self._outlook: tuple[int, Outlook] | None = None
         self._said: dict[str, tuple[str, float]] = {}
         self._news: list[tuple[Pod, str]] = []
+        #: Members answered without a story while a cycle ran, by uid (``_busy``).
+        self._pending: dict[str, Pod] = {}
 
     def __call__(self, pod: Pod) -> str | None:
         """The headline for ``pod``'s gang (None: not in a gang Muster knows)."""
@@ -1492,13 +1494,8 @@ class Headlines:
             gang = outlook.gangs.get(spec.key)
             if gang is None or len(gang.members) != seen:
                 outlook = self.outlook(cycle, again=True)
-        if outlook is None:  # busy: the story told last, else the gang's last one, if any
-            with self._lock:
-                said = self._said.get(pod.uid)
-                if said is not None:
-                    return said[0]
-                last = self._memo.get(spec.key)
-                return self._tell(pod, last[2]) if last is not None else None
+        if outlook is None:
+            return self._busy(pod, spec.key, seen)
         answer = explain_gang(outlook, spec.namespace, spec.name, brief=True)
         if answer.state == JobState.UNKNOWN:
             return None
@@ -1514,6 +1511,24 @@ class Headlines:
             else:
                 self._short.pop(spec.key, None)
             return self._tell(pod, text)
+
+    def _busy(self, pod: Pod, gang: str, seen: int) -> str | None:
+        """The story for ``pod`` while the planner is busy with a cycle: the one told last,
+        else the gang's last one. ``None`` (filter then gives the planner's verdict, which
+        says a cycle is under way) when there is none, or when it is a passing story the gang
+        has outgrown ("1 of 2 members exist" when both exist now): such a member's story is
+        worked out once the cycle is over, and given as news (``news``)."""
+        with self._lock:
+            said = self._said.get(pod.uid)
+            last = self._memo.get(gang)
+            story = said[0] if said is not None else last[2] if last is not None else None
+            if story is None or (
+                _passing(story) and (last is None or last[2] != story or last[0][1] != seen)
+            ):
+                if len(self._pending) < 4096:
+                    self._pending[pod.uid] = pod
+                return None
+            return story if said is not None else self._tell(pod, story)
 
     def _counted(self, gang: str, seen: int) -> str | None:
         """The story of a gang explained as short of members less than ``COUNTED_SECONDS``
@@ -1589,7 +1604,14 @@ class Headlines:
     def news(self) -> list[tuple[Pod, str]]:
         """The pods whose headline changed since the last call, each with its new headline
         (for a ``GangWaiting`` event, so ``kubectl describe`` shows it without kube-scheduler's
-        node-count prefix)."""
+        node-count prefix). First the story of each member answered without one while a
+        cycle ran is worked out (call it after a cycle): kube-scheduler may not ask about
+        that member again for minutes (on 1.20, until it flushes pods unschedulable for 60 s)
+        when nothing else changes."""
+        with self._lock:
+            pending, self._pending = list(self._pending.values()), {}
+        for pod in pending:
+            self(pod)  # (busy again: it stays pending)
         with self._lock:
             news, self._news = self._news, []
         return news
