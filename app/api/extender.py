@@ -78,10 +78,6 @@ class _PodReadings:
 _PODS = _PodReadings()
 
 
-def _pod(data: dict[str, Any]) -> Pod:
-    return _PODS.pod(data)
-
-
 def _nodes(args: wire.ExtenderArgs) -> list[Node] | None:
     if args.Nodes is None:
         return None
@@ -160,7 +156,7 @@ _ANSWERS = _FilterAnswers()
 async def _extender_args(request: Request) -> tuple[wire.ExtenderArgs, Pod, list[Node] | None]:
     """The parsed ``ExtenderArgs`` of a filter or prioritize call, its pod and full nodes."""
     args = parse_body(wire.ExtenderArgs, await request.body())
-    return args, _pod(args.Pod), _nodes(args)
+    return args, _PODS.pod(args.Pod), _nodes(args)
 
 
 def _json(model: BaseModel) -> Response:
@@ -231,7 +227,7 @@ async def preempt(request: Request) -> Response:
     services, metrics = _services(request), _metrics(request)
     with metrics.observe("preempt"):
         args = parse_body(wire.ExtenderPreemptionArgs, await request.body())
-        pod = _pod(args.Pod)
+        pod = _PODS.pod(args.Pod)
         candidates: dict[str, Victims] = {}
         given: dict[str, Pod] = {}
         full_victims: dict[str, Victims] = {}
