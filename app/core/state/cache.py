@@ -701,12 +701,19 @@ class ClusterCache:
         # nor from a new member of a gang that is still short of members (no cycle plans it
         # until its last one comes; shuffled gangs arrive a member at a time). Each would
         # otherwise start a cycle.
+        # Nor from a placed pod's new version that only settles it where it was placed: the
+        # echo of its bind, the kubelet's status (phase, start time) while it runs. Its
+        # room is counted the same; the loop's forced cycle (once a second) still reads the
+        # rest (a start time for backfill estimates, a fulfilled plan to drop).
         if old is None:
             nothing_new = short
         else:
             same = replace(pod, unschedulable=old.unschedulable, annotations=old.annotations)
             nothing_new = same == old and _same_but_own_notes(pod.annotations, old.annotations)
-        quiet = not placed and usage_same and nothing_new
+        quiet = usage_same and (
+            (not placed and nothing_new)
+            or (old is not None and bool(target) and not pod.terminal and _settles(old, pod))
+        )
         self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
         if where_before and not target:
             self._freed_generation = self._generation
@@ -1488,6 +1495,20 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+def _settles(old: Pod, new: Pod) -> bool:
+    """Whether ``new`` differs from ``old`` in nothing but its node (bound now), phase, start
+    time, ``PodScheduled`` condition and Muster's own notes."""
+    same = replace(
+        new,
+        node_name=old.node_name,
+        phase=old.phase,
+        started=old.started,
+        unschedulable=old.unschedulable,
+        annotations=old.annotations,
+    )
+    return same == old and _same_but_own_notes(new.annotations, old.annotations)
 
 
 def _same_but_own_notes(new: Mapping[str, str], old: Mapping[str, str]) -> bool:
