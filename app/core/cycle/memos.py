@@ -9,7 +9,7 @@ import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from app.core.actions.allocate import FitBound
@@ -19,59 +19,96 @@ from app.core.model.queues import QueueConfig
 from app.core.model.runtime import PodFact
 from app.core.model.values import Pod
 from app.core.state.cache import NodeView, QueueKey, Snapshot, queue_key
+from app.core.state.diff import changed_members
 from app.core.state.domains import Ask
 from app.core.state.queueusage import queue_name, resolve
 
 T = TypeVar("T")
 
 #: Per gang key: its member pods and their bound state when the gang was built, and the gang.
-GangMemo = dict[str, tuple[list[Pod], tuple[bool, ...], "Gang | None"]]
+GangEntries = dict[str, tuple[list[Pod], tuple[bool, ...], "Gang | None"]]
+
+
+@dataclass
+class GangMemo:
+    """What ``gangs_of`` keeps from one call to the next: each gang as built, and the
+    snapshot it was read from."""
+
+    entries: GangEntries = field(default_factory=dict)
+    snapshot: Snapshot | None = None
 
 
 def gangs_of(snapshot: Snapshot, memo: GangMemo | None = None) -> dict[str, Gang]:
     """Every gang in the snapshot (only gang members are looked at).
 
-    With ``memo`` (kept by the caller from one call to the next), a gang whose members are the
-    very same pod objects, bound or not as before, is copied from the last call instead of
-    rebuilt: pods are immutable, so it would come out the same. A cycle then costs one pass
-    over member uids rather than re-reading every member's labels.
+    With ``memo`` (kept by the caller from one call to the next), only the gangs with a
+    member that changed since the memo's snapshot (``changed_members``: its object, its
+    assumed bind, its gang) are built again; the others are copied from the last call. Pods
+    are immutable, so they would come out the same. A cycle then costs in proportion to the
+    members that changed, not to every member of every gang (thousands wait in a cluster
+    several times over capacity, and the loop cycles on every change).
     """
     pods = snapshot.pods
     if memo is None:
         return collect_gangs((pods[uid] for uid in snapshot.gang_members), snapshot.holds_node)
+    if memo.snapshot is None:
+        _rebuild(memo, snapshot)
+    else:
+        _patch(memo, memo.snapshot, snapshot, changed_members(memo.snapshot, snapshot))
+    memo.snapshot = snapshot
+    return {k: _copy(g) for k, (_, _, g) in memo.entries.items() if g is not None}
+
+
+def _patch(memo: GangMemo, old: Snapshot, new: Snapshot, changed: frozenset[str]) -> None:
+    """Build again the gangs of ``memo`` (read from ``old``) with a member in ``changed``."""
+    before, after, pods = old.gang_members, new.gang_members, new.pods
+    dirty = {before[u] for u in changed if u in before}
+    joined: dict[str, list[str]] = {}  # per gang, its changed members now
+    for uid in changed:
+        key = after.get(uid)
+        if key is not None:
+            joined.setdefault(key, []).append(uid)
+    dirty.update(joined)
+    if not dirty:
+        return
+    entries, holds = memo.entries, new.holds_node
+    rebuild: list[Pod] = []
+    held: list[bool] = []  # ``holds`` of each of ``rebuild``
+    groups: dict[str, tuple[list[Pod], tuple[bool, ...]]] = {}
+    for key in dirty:
+        entry = entries.get(key)
+        had = [p.uid for p in entry[0]] if entry is not None else []
+        known = set(had)
+        uids = [u for u in had if after.get(u) == key]
+        uids += [u for u in joined.get(key, ()) if u not in known]
+        members = [pods[u] for u in uids]
+        state = tuple(map(holds, members))
+        groups[key] = (members, state)
+        rebuild.extend(members)
+        held.extend(state)
+    built = collect_gangs(rebuild, holds, held) if rebuild else {}
+    for key, (members, state) in groups.items():
+        if members:
+            entries[key] = (members, state, built.get(key))
+        else:
+            entries.pop(key, None)
+
+
+def _rebuild(memo: GangMemo, snapshot: Snapshot) -> None:
+    """``memo``'s gangs read from every member in ``snapshot``."""
+    pods, holds = snapshot.pods, snapshot.holds_node
     groups: dict[str, list[Pod]] = {}
     for uid, key in snapshot.gang_members.items():
         groups.setdefault(key, []).append(pods[uid])
-    holds = snapshot.holds_node
-    fresh: GangMemo = {}
-    kept: dict[str, Gang | None] = {}
-    rebuild: list[Pod] = []
-    held: list[bool] = []  # ``holds`` of each of ``rebuild``
+    everyone: list[Pod] = []
+    held: list[bool] = []  # ``holds`` of each of ``everyone``
+    states: dict[str, tuple[bool, ...]] = {}
     for key, members in groups.items():
-        state = tuple(map(holds, members))
-        old = memo.get(key)
-        if (
-            old is not None
-            and old[1] == state
-            and len(old[0]) == len(members)
-            and all(map(operator.is_, old[0], members))
-        ):
-            kept[key] = old[2]
-        else:
-            rebuild.extend(members)
-            held.extend(state)
-        fresh[key] = (members, state, None)
-    # The gangs to rebuild, in one pass (a gang is built from its own members alone).
-    built = collect_gangs(rebuild, holds, held) if rebuild else {}
-    gangs: dict[str, Gang] = {}
-    for key, (members, state, _) in fresh.items():
-        gang = kept[key] if key in kept else built.get(key)
-        fresh[key] = (members, state, gang)
-        if gang is not None:
-            gangs[key] = _copy(gang)  # a copy: the cycle may set ``problem``
-    memo.clear()
-    memo.update(fresh)
-    return gangs
+        state = states[key] = tuple(map(holds, members))
+        everyone.extend(members)
+        held.extend(state)
+    built = collect_gangs(everyone, holds, held)
+    memo.entries = {k: (m, states[k], built.get(k)) for k, m in groups.items()}
 
 
 def _copy(gang: Gang) -> Gang:

@@ -127,7 +127,7 @@ class _LookMemos:
     """The memos of looks taken while a cycle runs (the cycle's own are its thread's)."""
 
     queue_names: QueueNames
-    gangs: GangMemo = field(default_factory=dict)
+    gangs: GangMemo = field(default_factory=GangMemo)
     #: The gangs of the last snapshot any look read.
     last: tuple[Snapshot, dict[str, Gang]] | None = None
 
@@ -199,7 +199,7 @@ class Planner:
         #: filter plans on demand whenever a member has no plan.
         self.driven = False
         # Memos that keep a cycle's cost proportional to what changed (see ``memos``).
-        self._gang_memo: GangMemo = {}
+        self._gang_memo = GangMemo()
         self._queue_names = QueueNames(scheduler_name)
         # What explain and what-if keep while the cache is unchanged (``Outlook.kept``).
         self._insight_memo = SnapshotMemo()

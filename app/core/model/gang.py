@@ -367,6 +367,7 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     gang.problem = "; ".join(problems)
     gang.members.sort(key=_BY_AGE)
     if gang.bound:
+        gang.bound.sort(key=_BY_AGE)  # (every list of a gang in one order, whatever came first)
         gang.pending.sort(key=_BY_AGE)
     else:
         gang.pending = list(gang.members)  # every member pending: the same order (stable)

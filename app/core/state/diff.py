@@ -46,11 +46,9 @@ def _facts(snapshot: Snapshot) -> tuple[object, ...]:
 def _changed(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
     if old.view.table is not new.view.table:
         return None
-    log = new.changes
-    if log is not None and old.changes is log and old.generation <= new.generation:
-        said = log.since(old.generation, new.generation)
-        if said is not None:
-            return said
+    said = _logged(old, new)
+    if said is not None:
+        return said
     out: set[str] = set()
     _differ(old.pods, new.pods, out, by_identity=True)
     for a, b in (
@@ -64,6 +62,30 @@ def _changed(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
     if old.assumed != new.assumed:
         out |= old.assumed ^ new.assumed
     return frozenset(out)
+
+
+def changed_members(old: Snapshot, new: Snapshot) -> frozenset[str]:
+    """The uids whose pod object, assumed bind or gang differ between ``old`` and ``new`` (a
+    pod that came or went counts): all a gang is built from (``gangs_of``). Reservations and
+    node changes are not looked at."""
+    said = _logged(old, new)
+    if said is not None:
+        return said
+    out: set[str] = set()
+    _differ(old.pods, new.pods, out, by_identity=True)
+    _differ(old.gang_members, new.gang_members, out, by_identity=False)
+    if old.assumed != new.assumed:
+        out |= old.assumed ^ new.assumed
+    return frozenset(out)
+
+
+def _logged(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
+    """The uids the cache's change log says changed from ``old`` to ``new`` (None: not known
+    from the log)."""
+    log = new.changes
+    if log is None or old.changes is not log or old.generation > new.generation:
+        return None
+    return log.since(old.generation, new.generation)
 
 
 def _differ(
