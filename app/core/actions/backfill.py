@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -385,5 +385,10 @@ def reserve_for(
 
 def may_backfill(pods: Sequence[Pod], now: float, reservation_start: float) -> bool:
     """Whether ``pods`` all declare runtimes that end before the reservation starts."""
-    runtimes = [declared_runtime(p) for p in pods]
+    return ends_before([declared_runtime(p) for p in pods], now, reservation_start)
+
+
+def ends_before(runtimes: Iterable[float | None], now: float, reservation_start: float) -> bool:
+    """Whether every one of ``runtimes`` (declared, None: not) started ``now`` ends before the
+    reservation starts (``may_backfill`` of pods whose runtimes they are)."""
     return all(r is not None and now + r <= reservation_start for r in runtimes)

@@ -10,18 +10,23 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import numpy as np
 
 from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
 from app.core.model.queues import QueueConfig
-from app.core.model.runtime import PodFact
+from app.core.model.runtime import PodFact, declared_runtime
 from app.core.model.values import Pod
 from app.core.state.cache import NodeView, QueueKey, Snapshot, queue_key
 from app.core.state.diff import changed_members
 from app.core.state.domains import Ask
-from app.core.state.queueusage import queue_name, resolve
+from app.core.state.queueusage import demand_of, queue_name, resolve
+
+if TYPE_CHECKING:
+    from app.core.policies.interfaces import GangOrder
 
 T = TypeVar("T")
 
@@ -127,6 +132,72 @@ def _copy(gang: Gang) -> Gang:
         group=gang.group,
         conflicts=gang.conflicts,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """A gang's core (the members still to place for it to run) and what a cycle reads of
+    it: summed requests (read-only), highest priority, each member's declared runtime."""
+
+    pods: tuple[Pod, ...]
+    demand: np.ndarray
+    priority: int
+    runtimes: tuple[float | None, ...]
+
+
+@dataclass(slots=True)
+class _Facts:
+    members: list[Pod]  # kept alive: the memo is keyed by its id
+    order: tuple[object, tuple[float, float, str]] | None = None
+    queues: tuple[QueueConfig, frozenset[str]] | None = None
+    core: Core | None = None
+
+
+class MemberFacts:
+    """What a cycle derives from a gang's members alone — its place in line, the queues its
+    members name, its core —, kept per gang while ``gangs_of`` hands out the very same
+    members list (no member changed: the list's pods, bound or not, are as they were). With
+    thousands of gangs waiting behind a full cluster, every cycle otherwise went over each
+    one's members several times to find the gang blocked again."""
+
+    #: Gangs kept at most; past it the memo starts over (lists of gone gangs pile up).
+    LIMIT = 1 << 15
+
+    def __init__(self) -> None:
+        self._kept: dict[int, _Facts] = {}
+
+    def _of(self, gang: Gang) -> _Facts:
+        facts = self._kept.get(id(gang.members))
+        if facts is None or facts.members is not gang.members:
+            if len(self._kept) >= self.LIMIT:
+                self._kept = {}
+            facts = self._kept[id(gang.members)] = _Facts(gang.members)
+        return facts
+
+    def order(self, gang: Gang, policy: GangOrder) -> tuple[float, float, str]:
+        """``policy.key(gang)``."""
+        facts = self._of(gang)
+        if facts.order is None or facts.order[0] is not policy:
+            facts.order = (policy, policy.key(gang))
+        return facts.order[1]
+
+    def queues(self, gang: Gang, config: QueueConfig, names: QueueNames) -> frozenset[str]:
+        """``names.of_members(gang.members, config)``."""
+        facts = self._of(gang)
+        if facts.queues is None or facts.queues[0] is not config:
+            facts.queues = (config, frozenset(names.of_members(gang.members, config)))
+        return facts.queues[1]
+
+    def core(self, gang: Gang) -> Core:
+        """The first ``min_member`` minus bound of ``gang``'s pending members, and their sums."""
+        facts = self._of(gang)
+        if facts.core is None:
+            pods = tuple(gang.pending[: gang.min_member - len(gang.bound)])
+            demand = demand_of(pods)
+            demand.setflags(write=False)
+            priority = max((p.priority for p in pods), default=0)
+            facts.core = Core(pods, demand, priority, tuple(map(declared_runtime, pods)))
+        return facts.core
 
 
 class QueueNames:

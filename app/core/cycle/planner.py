@@ -38,7 +38,7 @@ from app.core.actions.allocate_in_domain import (
     next_domain,
     reaches,
 )
-from app.core.actions.backfill import EndingMemo, Reservation, may_backfill
+from app.core.actions.backfill import EndingMemo, Reservation, ends_before, may_backfill
 from app.core.actions.victims import Unit, running_units
 from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
@@ -47,6 +47,7 @@ from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import (
     FailedPlacements,
     GangMemo,
+    MemberFacts,
     QueueNames,
     SnapshotMemo,
     StillBlocked,
@@ -201,6 +202,7 @@ class Planner:
         # Memos that keep a cycle's cost proportional to what changed (see ``memos``).
         self._gang_memo = GangMemo()
         self._queue_names = QueueNames(scheduler_name)
+        self._facts = MemberFacts()
         # What explain and what-if keep while the cache is unchanged (``Outlook.kept``).
         self._insight_memo = SnapshotMemo()
         # What a look during a cycle reads instead of waiting (``look``): published at the end
@@ -890,7 +892,7 @@ class Planner:
             queues[gang.key] = queue = self._queue_of(gang, config)
             by_queue.setdefault(queue, []).append(gang)
         for line in by_queue.values():
-            line.sort(key=self._order.key)
+            line.sort(key=lambda g: self._facts.order(g, self._order))
         self._still.begin(None if force else queues)
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
@@ -1127,7 +1129,7 @@ class Planner:
         return applied
 
     def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
-        names = self._queue_names.of_members(gang.members, config)
+        names = self._facts.queues(gang, config, self._queue_names)
         if len(names) > 1:
             gang.problem = (
                 gang.problem or f"members name different queues ({', '.join(sorted(names))})"
@@ -1192,21 +1194,20 @@ class Planner:
         if gang.problem:
             self._reasons[gang.key] = gang.problem
             return False, None
-        missing = gang.min_member - len(gang.bound)
         if len(gang.members) < gang.min_member:
             self._reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
             return False, None
-        core = gang.pending[:missing]
-        demand = demand_of(core)
+        facts = self._facts.core(gang)
+        core, demand = facts.pods, facts.demand
         blocked = admit(usage, queue, demand)
         if not blocked.ok:
             self._reasons[gang.key] = blocked.reason
             return False, None
-        view = self._view_for(session, gang.key, core)
+        view = self._view_for(session, gang.key, facts.runtimes)
         if (
             not first
             and self._still.still(gang, view)
-            and not self._may_preempt(session, core, queue)
+            and not self._may_preempt(session, facts.priority, queue)
         ):
             return False, None  # no node gained room since it found none: its reason stands
         allocation = self._allocate(session, view, core, gang)
@@ -1271,7 +1272,7 @@ class Planner:
     ) -> bool:
         """Plan ``gang`` onto room that evicting whole lower-priority gangs (or, for a queue
         below its guarantee, borrowed work) would free; queue those evictions."""
-        if not self._may_preempt(session, core, queue):
+        if not self._may_preempt(session, max(p.priority for p in core), queue):
             return False
         config = self._queues.config
         wall = self._wall()
@@ -1309,11 +1310,11 @@ class Planner:
         session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
         return True
 
-    def _may_preempt(self, session: Session, core: Sequence[Pod], queue: str) -> bool:
-        """Whether ``core`` (of a gang in ``queue``) may take room from running work at all."""
+    def _may_preempt(self, session: Session, priority: int, queue: str) -> bool:
+        """Whether a gang's core of ``priority`` (in ``queue``) may take room from running
+        work at all."""
         if not self._preemption:
             return False
-        priority = max(p.priority for p in core)
         lowest = self._lowest_running_priority(session)
         return may_take_room(self._queues.config, queue, lowest, priority)
 
@@ -1353,10 +1354,11 @@ class Planner:
                 left += 1
         return left
 
-    def _view_for(self, session: Session, gang: str, pods: Sequence[Pod]) -> NodeView:
-        """The held room is off limits unless ``gang`` owns it or ``pods`` end before it starts."""
+    def _view_for(self, session: Session, gang: str, runtimes: Sequence[float | None]) -> NodeView:
+        """The held room is off limits unless ``gang`` owns it or its core's declared
+        ``runtimes`` end before it starts."""
         owner, holds, until = session.holds
-        if holds and (gang == owner or may_backfill(pods, self._wall(), until)):
+        if holds and (gang == owner or ends_before(runtimes, self._wall(), until)):
             return session.backfill_view()
         return session.view()
 
