@@ -82,17 +82,23 @@ def counting(cache: ClusterCache, graph: Graph, now: list[float]) -> tuple[Headl
     return headlines, looks
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_a_told_story_stays_steady(row: Row) -> None:
-    now = [0.0]
-    cache, graph, members = big_gang(2)
-    busy = [False]
-    headlines = Headlines(
+def switchable(cache: ClusterCache, graph: Graph, now: list[float], busy: list[bool]) -> Headlines:
+    """Headlines on ``graph``'s planner at time ``now[0]``, whose look answers None (the
+    planner busy with a cycle) while ``busy[0]``."""
+    return Headlines(
         lambda: None if busy[0] else graph.planner.look(wait=False),
         lambda: graph.planner.cycles,
         clock=lambda: now[0],
         members=cache.gang_size_of,
     )
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_a_told_story_stays_steady(row: Row) -> None:
+    now = [0.0]
+    cache, graph, members = big_gang(2)
+    busy = [False]
+    headlines = switchable(cache, graph, now, busy)
     first = headlines(members[0])
     assert first is not None and first.startswith("capacity: ")
     # 4 of the node's GPUs go to a running pod: the story's numbers change.
@@ -206,12 +212,7 @@ def test_a_story_the_gang_outgrew_is_not_told_while_the_planner_is_busy(row: Out
     now = [0.0]
     cache, graph, members = big_gang(1)
     busy = [False]
-    headlines = Headlines(
-        lambda: None if busy[0] else graph.planner.look(wait=False),
-        lambda: graph.planner.cycles,
-        clock=lambda: now[0],
-        members=cache.gang_size_of,
-    )
+    headlines = switchable(cache, graph, now, busy)
     first = headlines(members[0])
     assert first is not None and first.startswith("gang-incomplete: 1 of 2"), first
     headlines.news()

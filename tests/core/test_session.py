@@ -4,6 +4,9 @@ discards it; plans record GPU devices, and bind uses them."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -315,19 +318,13 @@ def test_a_member_of_a_gang_short_of_members_runs_no_cycle() -> None:
     assert planner.cycles == 2 and "min-member" in told.reason
 
 
-def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -> None:
-    import threading
-
-    a, b, c = member("g", 0), member("g", 1), member("h", 0, minimum=1)
-    cache = cache_with(a, b)
-    planner = Planner(cache)
-    planner.cycle()
-    assert planner.verdict(a).node == "n0"
-    cache.upsert_pod(c)  # a gang no plan names yet
+@contextmanager
+def cycle_running(planner: Planner) -> Iterator[None]:
+    """Another thread holds what a running cycle holds (the planner's lock) meanwhile."""
     running, done = threading.Event(), threading.Event()
 
     def cycle_in_progress() -> None:
-        with planner._lock:  # what a running cycle holds
+        with planner._lock:
             running.set()
             done.wait(10)
 
@@ -335,6 +332,20 @@ def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -
     thread.start()
     try:
         assert running.wait(10)
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -> None:
+    a, b, c = member("g", 0), member("g", 1), member("h", 0, minimum=1)
+    cache = cache_with(a, b)
+    planner = Planner(cache)
+    planner.cycle()
+    assert planner.verdict(a).node == "n0"
+    cache.upsert_pod(c)  # a gang no plan names yet
+    with cycle_running(planner):
         # Planned members are answered from the published plans.
         assert planner.verdict(b).node == "n0" and planner.plan("default/g") is not None
         # An unplanned member is told to wait instead of waiting.
@@ -342,9 +353,6 @@ def test_verdict_and_replan_never_wait_for_a_cycle_running_in_another_thread() -
         assert told.node == "" and planner_module.BUSY in told.reason
         assert planner_module.BUSY in planner.replan_member(a, ["n1"]).reason
         assert planner.look(wait=False) is None
-    finally:
-        done.set()
-        thread.join()
     # Once the cycle is over, the member is planned on demand as before.
     assert planner.verdict(c).node == "n0"
 
@@ -367,28 +375,13 @@ def test_plans_of_a_run_of_alike_gangs_get_distinct_random_ids() -> None:
 def test_a_member_completing_its_gang_mid_cycle_is_not_told_the_outdated_count() -> None:
     """The last cycle found the gang one member short; the member that completes it comes
     while another thread runs a cycle: it is told a cycle is under way, not '1 of 2'."""
-    import threading
-
     a, b = member("g", 0), member("g", 1)
     cache = cache_with(a)
     planner = Planner(cache)
     planner.cycle()
     assert planner._reasons["default/g"] == "waiting for members: 1 of 2 exist"
     cache.upsert_pod(b)
-    running, done = threading.Event(), threading.Event()
-
-    def cycle_in_progress() -> None:
-        with planner._lock:
-            running.set()
-            done.wait(10)
-
-    thread = threading.Thread(target=cycle_in_progress)
-    thread.start()
-    try:
-        assert running.wait(10)
+    with cycle_running(planner):
         told = planner.verdict(b)
         assert told.reason == f"gang default/g: {planner_module.BUSY}", told.reason
-    finally:
-        done.set()
-        thread.join()
     assert planner.verdict(b).node == "n0"
