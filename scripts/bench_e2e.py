@@ -655,7 +655,7 @@ def run_contention(
         bodies = gang_bodies(run.ns, list(jobs), s.gang_size, runtimes=declared)
         if shuffled:
             rng.shuffle(bodies)
-        with Kubelet(core, run.ns, jobs) as kubelet:
+        with Kubelet(core, run.ns, jobs) as kubelet, _idle_probe(run, muster, s) as idle:
             run.tracker.listeners.append(kubelet.on_change)
             before = _diagnostics(muster)
             start = run.create(bodies, in_order=not shuffled)
@@ -686,6 +686,9 @@ def run_contention(
             }
         if TIMELINE is not None:
             TIMELINE.write_text(json.dumps(_timeline(run, start), indent=0))
+            if muster:
+                where = TIMELINE.with_name(f"{TIMELINE.stem}.idle{TIMELINE.suffix}")
+                where.write_text(json.dumps([{**i, "t": i["t"] - start} for i in idle], indent=0))
         figures.update(
             {
                 "fill_seconds": first - start,
@@ -698,6 +701,54 @@ def run_contention(
             }
         )
         return figures
+
+
+@contextmanager
+def _idle_probe(run: Run, muster: str, s: Sizes) -> Iterator[list[dict[str, Any]]]:
+    """With ``--timeline`` and Muster: twice a second, once a gang's worth of GPUs has been
+    free for 2 s while a whole gang (every member created, none bound) waits, what
+    ``/explain`` says of the first such gang by name; yields the list the samples go to
+    (``t`` monotonic)."""
+    samples: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        since: float | None = None
+        while not stop.wait(0.5):
+            with run.tracker.lock:
+                lives = list(run.tracker.pods.items())
+                free = {n: GPUS_PER_NODE - run.tracker.used[n] for n in run.nodes}
+            jobs: dict[str, list[PodLife]] = {}
+            for _, life in lives:
+                jobs.setdefault(life.job, []).append(life)
+            waiting = sorted(
+                j for j, ls in jobs.items()
+                if len(ls) == s.gang_size and all(x.bound is None for x in ls)
+            )  # fmt: skip
+            if not waiting or sum(free.values()) < s.gang_size:
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since < 2:
+                continue
+            try:
+                said = httpx.get(f"{muster}/explain/{run.ns}/gang/{waiting[0]}", timeout=5)
+                told: Any = said.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                told = repr(exc)
+            samples.append({"t": time.monotonic(), "gang": waiting[0], "waiting": len(waiting),
+                            "free": {n: f for n, f in sorted(free.items()) if f},
+                            "explain": told})  # fmt: skip
+
+    thread = threading.Thread(target=probe, name="bench-idle-probe", daemon=True)
+    if TIMELINE is not None and muster:
+        thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(timeout=10)
 
 
 #: (histogram, labels it must carry) summed for the diagnostics: Muster's verbs and planner
@@ -764,6 +815,8 @@ def _timeline(run: Run, start: float) -> list[dict[str, Any]]:
             "nudged": at(life.nudged),
             "bound": at(life.bound),
             "gone": at(life.gone),
+            "node": life.node,
+            "told": life._message,
         }
         for name, life in sorted(lives.items())
     ]

@@ -23,6 +23,10 @@ a fresh cache (median and best reported):
 * **baseline**: what any cycle must do before it decides anything, on the same cache: take
   the snapshot and group the pods into gangs (``cache.snapshot()`` + ``gangs_of``).
 
+The header also gives the **machine reference**: how long this interpreter takes for a fixed
+loop of 2,000,000 additions (``machine_reference``), so that figures taken on machines of
+different speed can be compared (the cycle is pure Python and numpy, single-threaded).
+
 Then **filter while cycles run**: the server's graph (``app.wiring.build_graph``) over the same
 kind of cache; filter is called (one call at a time, as kube-scheduler does) for a pod on its
 own (all nodes as candidates), a member of a planned gang, and a member of a gang no plan
@@ -149,6 +153,17 @@ def timed(action: Callable[[], object], cpu: list[float] | None = None) -> float
         return (time.perf_counter() - start) * 1000
     finally:
         gc.enable()
+
+
+def machine_reference(repeat: int = 3) -> float:
+    """Median milliseconds of a fixed pure-Python loop (2,000,000 additions)."""
+    times = []
+    for _ in range(repeat):
+        start, total = time.perf_counter(), 0
+        for step in range(2_000_000):
+            total += step
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
 def one_run(
@@ -361,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     full, cpu, after, arrival, forced, base, planned = (list(x) for x in zip(*runs, strict=True))
     print(
         f"planner cycle: {args.nodes} nodes x 8 GPUs, {args.gangs} gangs x {args.size} pods "
-        f"({len(pods)} pending), {args.queues} queue(s); {planned[0]} gangs planned"
+        f"({len(pods)} pending), {args.queues} queue(s); {planned[0]} gangs planned; "
+        f"machine reference {machine_reference():.0f} ms"
     )
     table(
         [

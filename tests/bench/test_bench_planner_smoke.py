@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -31,6 +33,7 @@ def test_planner_benchmark_prints_cycles_and_filter_waits(
     out = _printed(bench, capsys, nodes=40, filter_calls=5)
     assert "12 gangs planned" in out and "full cycle" in out and "baseline" in out
     assert "full cycle, CPU time" in out
+    assert re.search(r"machine reference \d+ ms", out)
     assert "filter while cycles run" in out
     for kind in ("pod on its own", "planned member", "unplanned gang"):
         assert kind in out
