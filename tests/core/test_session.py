@@ -12,7 +12,7 @@ import pytest
 
 from app.core.cycle import planner as planner_module
 from app.core.cycle.planner import Planner
-from app.core.cycle.plans import Plan
+from app.core.cycle.plans import Plan, Reason, Why
 from app.core.cycle.session import Session, SessionClosed
 from app.core.gpu.ask import GpuOvercommit
 from app.core.model.labels import GPU_IDS
@@ -240,9 +240,9 @@ def test_a_plan_overtaken_before_commit_is_dropped_and_planned_again() -> None:
     planner = Planner(cache)
     assert planner.cycle() == []
     assert planner.plan("default/g") is None
-    assert (
-        "plan could not be reserved (node n0 no longer has room" in planner.describe()[0]["reason"]
-    )
+    (row,) = planner.describe()
+    assert "plan could not be reserved (node n0 no longer has room" in row["reason"]
+    assert row["reasonCode"] == Why.REFUSED
     assert cache.snapshot().reserved == {}
     # The next cycle sees the intruder and plans around it.
     assert planner.cycle() == ["default/g"]
@@ -379,7 +379,9 @@ def test_a_member_completing_its_gang_mid_cycle_is_not_told_the_outdated_count()
     cache = cache_with(a)
     planner = Planner(cache)
     planner.cycle()
-    assert planner._reasons["default/g"] == "waiting for members: 1 of 2 exist"
+    assert planner._reasons["default/g"] == Reason(
+        Why.SHORT_OF_MEMBERS, "waiting for members: 1 of 2 exist"
+    )
     cache.upsert_pod(b)
     with cycle_running(planner):
         told = planner.verdict(b)

@@ -16,6 +16,9 @@ import pytest
 
 from app.cli import _serve_settings, build_parser
 from app.core.actions.allocate import allocate
+from app.core.cycle.plans import Why
+from app.core.insight.explain import explain_gang
+from app.core.model.categories import Category
 from app.core.model.values import Node, Pod
 from app.core.state.domains import DEFAULT_KEYS, Tree, build
 from app.services import build_services
@@ -264,7 +267,8 @@ def test_required_block_waits_then_runs_once_a_block_frees() -> None:
     )
     # The planner's own words, with the room held for it, are in /explain's "planner".
     held = cluster.extender.planner.look().reasons["ml/llama"]
-    assert "; reserved a1, a2, expected to start in " in held
+    assert held.why is Why.NO_ROOM
+    assert "; reserved a1, a2, expected to start in " in held.text
     for name in ("a1", "a2"):
         cluster.cache.delete_pod(next(p.uid for p in cluster.cache.snapshot().pods.values()
                                       if p.name == f"busy-{name}"))  # fmt: skip
@@ -462,6 +466,13 @@ def test_a_replanned_member_of_a_required_gang_stays_in_the_domain() -> None:
         else:
             assert result.feasible == []  # c1 is in another block: the plan is released
             assert "filtered out by kube-scheduler" in next(iter(result.unresolvable.values()))
+            # A fresh look cannot see kube-scheduler's filters: explain takes the planner's
+            # word for the category, by the reason's code.
+            planner = cluster.extender.planner
+            (row,) = (r for r in planner.describe() if r["gang"] == "ml/llama")
+            assert row["reasonCode"] == Why.FILTERED_OUT
+            told = explain_gang(planner.look(), "ml", "llama")
+            assert (told.category, told.summary) == (Category.CONSTRAINTS, row["reason"])
         assert first != "c1"
     cluster = cluster_of(boxes)
     members = gang(2, 8, {REQUIRED: "block"})

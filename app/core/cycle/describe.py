@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.cycle.plans import Plan
+from app.core.cycle.plans import Plan, Reason
 from app.core.model.categories import JobState
 from app.core.model.gang import Gang
 
@@ -22,15 +22,16 @@ def gang_state(gang: Gang, plan: Plan | None) -> JobState:
 
 
 def describe(
-    gangs: Mapping[str, Gang], plans: Mapping[str, Plan], reasons: Mapping[str, str], now: float
+    gangs: Mapping[str, Gang], plans: Mapping[str, Plan], reasons: Mapping[str, Reason], now: float
 ) -> list[dict[str, Any]]:
     """One row per gang, by key: state, members seen/bound, plan, age (against wall-clock
-    ``now``) and reason."""
+    ``now``), and the planner's last reason with its code (``Why``)."""
     rows = []
     for key in sorted(gangs):
         gang = gangs[key]
         plan = plans.get(key)
         names = {p.uid: p.name for p in gang.members}
+        told = reasons.get(key)
         rows.append(
             {
                 "gang": key,
@@ -45,7 +46,8 @@ def describe(
                 "elastic": sorted(names.get(u, u) for u in plan.members if u not in plan.core)
                 if plan
                 else [],
-                "reason": reasons.get(key, ""),
+                "reason": told.text if told is not None else "",
+                "reasonCode": told.why.value if told is not None else None,
                 "source": gang.group.display if gang.group is not None else None,
                 "conflicts": list(gang.conflicts),
             }

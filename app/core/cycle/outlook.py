@@ -12,9 +12,8 @@ from typing import Any
 
 from app.core.actions.backfill import Reservation
 from app.core.cycle.memos import QueueNames, SnapshotMemo
-from app.core.cycle.plans import Plan
+from app.core.cycle.plans import Plan, Reason
 from app.core.cycle.session import Session
-from app.core.model.categories import Category
 from app.core.model.gang import Gang
 from app.core.model.queues import QueueConfig
 from app.core.policies.interfaces import GangOrder, Protection
@@ -28,9 +27,8 @@ class Outlook:
     session: Session
     gangs: Mapping[str, Gang]
     plans: Mapping[str, Plan]
-    reasons: Mapping[str, str]
-    #: gang -> explain category the planner recorded with its reason (see ``Planner``)
-    hints: Mapping[str, Category]
+    #: gang -> what the planner last said about it (``Why`` and text)
+    reasons: Mapping[str, Reason]
     head: Reservation | None
     config: QueueConfig
     usage: QueueUsage

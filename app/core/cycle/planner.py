@@ -54,11 +54,10 @@ from app.core.cycle.memos import (
     gangs_of,
 )
 from app.core.cycle.outlook import Outlook
-from app.core.cycle.plans import Conflict, Eviction, Plan, Verdict, lapsed
+from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
-from app.core.model.categories import Category
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.queues import QueueConfig
@@ -84,8 +83,6 @@ __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_
 
 #: Why a member waits when its gang has no plan and a cycle is running in another thread.
 BUSY = "waiting for the planner (a planning cycle is under way)"
-#: How a gang short of members is told (``_short_reason``).
-SHORT_OF_MEMBERS = "waiting for members"
 #: Why a member waits while this replica may not decide (not synced, or not the leader yet).
 NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recorded plans)"
 
@@ -101,12 +98,11 @@ LOOKED_RECENTLY = 30.0
 
 
 class _Published(NamedTuple):
-    """Plans, reasons, hints and head-of-line hold as a cycle left them (copies: read
-    without the planner's lock, never changed)."""
+    """Plans, reasons and head-of-line hold as a cycle left them (copies: read without the
+    planner's lock, never changed)."""
 
     plans: dict[str, Plan]
-    reasons: dict[str, str]
-    hints: dict[str, Category]
+    reasons: dict[str, Reason]
     head: Reservation | None
 
 
@@ -186,10 +182,7 @@ class Planner:
         self._clock = clock
         self._lock = threading.RLock()
         self._plans: dict[str, Plan] = {}
-        self._reasons: dict[str, str] = {}
-        #: gang -> the explain category of its reason, where the planner knows it better than
-        #: a fresh look would (kube-scheduler's own filters refused its planned node)
-        self._hints: dict[str, Category] = {}
+        self._reasons: dict[str, Reason] = {}
         self._last_generation = -1
         #: gang -> how many members the last cycle saw (see ``_news_of``)
         self._seen: dict[str, int] = {}
@@ -290,19 +283,22 @@ class Planner:
             # rejected now would wait out kube-scheduler's backoff, so wait a little for it.
             with self._held(False, FREED_WAIT if due else 0.0) as held:
                 if not held:
-                    reason = self._reasons.get(spec.key, "")
-                    if not reason or reason.startswith(SHORT_OF_MEMBERS):
-                        reason = BUSY  # (not short now: the count told last is outdated)
-                    return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+                    # Not short now: a count of members told last is outdated.
+                    return self._waits(spec.key, BUSY, outdated=Why.SHORT_OF_MEMBERS)
                 self.cycle()
             plan = self._plans.get(spec.key)
         if plan is not None and pod.uid in plan.members:
             if self._victims_left(plan):
-                reason = self._reasons.get(spec.key) or "waiting for evicted pods to leave"
-                return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+                return self._waits(spec.key, "waiting for evicted pods to leave")
             return Verdict(spec.key, plan.members[pod.uid])
-        reason = self._reasons.get(spec.key) or "waiting for the planner"
-        return Verdict(spec.key, "", f"gang {spec.key}: {reason}")
+        return self._waits(spec.key, "waiting for the planner")
+
+    def _waits(self, gang: str, otherwise: str, outdated: Why | None = None) -> Verdict:
+        """``gang``'s members wait: the planner's last reason, else (or if that reason is of
+        the ``outdated`` kind) ``otherwise``."""
+        told = self._reasons.get(gang)
+        text = otherwise if told is None or told.why is outdated else told.text
+        return Verdict(gang, "", f"gang {gang}: {text}")
 
     def _short_of_members(self, gang: str, minimum: int | None) -> str:
         """``"waiting for members: 3 of 8 exist"`` when ``gang`` has fewer members than the
@@ -317,7 +313,7 @@ class Planner:
             spec = gang_spec(member)
             if spec is None or spec.min_member != minimum or spec.problem or spec.notes:
                 return ""  # a cycle says what is wrong with the gang
-        return _short_reason(len(members), minimum)
+        return _short_reason(len(members), minimum).text
 
     def _due(self) -> bool:
         """Whether a node's room was given back since the last cycle (a pod that held it
@@ -409,7 +405,6 @@ class Planner:
         self._published = _Published(
             {k: p.copy() for k, p in self._plans.items()},
             dict(self._reasons),
-            dict(self._hints),
             self._head,
         )
         return self._published
@@ -438,7 +433,6 @@ class Planner:
             gangs=gangs,
             plans=published.plans,
             reasons=published.reasons,
-            hints=published.hints,
             head=published.head,
             config=config,
             usage=usage,
@@ -497,9 +491,8 @@ class Planner:
             else:
                 session.discard()
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
-            self._release(spec.key, why)
+            self._release(spec.key, why, kind=Why.FILTERED_OUT)
             self._note(Kind.PLAN_RELEASED, spec.key, why)
-            self._hints[spec.key] = Category.CONSTRAINTS
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
     def release(self, gang: str, reason: str) -> None:
@@ -699,7 +692,6 @@ class Planner:
         self._evictions = []
         self._head = None
         self._reasons.clear()
-        self._hints.clear()
         self._cache.set_holds("", {}, 0.0)
         self._last_generation = -1
 
@@ -931,7 +923,7 @@ class Planner:
                 strategy=self._strategy,
             )
             if why:
-                self._reasons[gang.key] = why
+                self._reasons[gang.key] = Reason(Why.ELASTIC, why)
         return planned, head
 
     def _plan_run(
@@ -1082,7 +1074,6 @@ class Planner:
             plan.devices.update(chosen)
             session.plans[key] = plan
             self._reasons.pop(key, None)
-            self._hints.pop(key, None)
             done.append(key)
         if taken:
             session.reserve_all(taken)
@@ -1118,12 +1109,16 @@ class Planner:
                 del plans[op.gang]
                 dropped.add(op.gang)
                 self._cache.unreserve(plan.members)
-                self._reasons[op.gang] = f"plan could not be reserved ({status}); retrying"
+                self._reasons[op.gang] = Reason(
+                    Why.REFUSED, f"plan could not be reserved ({status}); retrying"
+                )
             else:
                 plan.drop(set(op.placements))
                 if not plan.members:
                     del plans[op.gang]
-                self._reasons[op.gang] = "elastic members wait for free capacity"
+                self._reasons[op.gang] = Reason(
+                    Why.ELASTIC, "elastic members wait for free capacity"
+                )
         self._plans = plans
         self._evictions.extend(e for e in session.evictions if e.preemptor not in dropped)
         return applied
@@ -1174,7 +1169,6 @@ class Planner:
         for key in list(self._reasons):
             if key not in gangs:
                 del self._reasons[key]
-                self._hints.pop(key, None)
 
     def _plan_core(
         self,
@@ -1192,7 +1186,7 @@ class Planner:
         # follows): not when a failure is replayed, nor when preemption makes room.
         self._demand.last = None
         if gang.problem:
-            self._reasons[gang.key] = gang.problem
+            self._reasons[gang.key] = Reason(Why.PROBLEM, gang.problem)
             return False, None
         if len(gang.members) < gang.min_member:
             self._reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
@@ -1201,7 +1195,7 @@ class Planner:
         core, demand = facts.pods, facts.demand
         blocked = admit(usage, queue, demand)
         if not blocked.ok:
-            self._reasons[gang.key] = blocked.reason
+            self._reasons[gang.key] = Reason(Why.QUOTA, blocked.reason)
             return False, None
         view = self._view_for(session, gang.key, facts.runtimes)
         if (
@@ -1249,7 +1243,7 @@ class Planner:
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
             else:  # a reason without the hold of the first in line: it may be carried over
                 self._still.remember(gang, view, core)
-            self._reasons[gang.key] = reason
+            self._reasons[gang.key] = Reason(Why.NO_ROOM, reason)
             return False, held
         session.reserve(gang.key, allocation.placed, allocation.devices)
         usage.add(queue, demand)
@@ -1258,7 +1252,6 @@ class Planner:
         plan.devices.update(allocation.devices)
         session.plans[gang.key] = plan
         self._reasons.pop(gang.key, None)
-        self._hints.pop(gang.key, None)
         return True, None
 
     def _preempt(
@@ -1306,7 +1299,9 @@ class Planner:
         plan.devices.update(placed.devices)
         session.plans[gang.key] = plan
         names = ", ".join(sorted({u.key for u in room.victims}))
-        self._reasons[gang.key] = f"waiting for {len(uids)} evicted pods to leave ({names})"
+        self._reasons[gang.key] = Reason(
+            Why.EVICTING, f"waiting for {len(uids)} evicted pods to leave ({names})"
+        )
         session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
         return True
 
@@ -1383,8 +1378,11 @@ class Planner:
         if self._journal is not None:
             self._journal.record(kind, gang, message=message)
 
-    def _release(self, gang: str, reason: str, session: Session | None = None) -> None:
-        """Drop ``gang``'s plan and its room: in ``session`` during a cycle, else at once."""
+    def _release(
+        self, gang: str, reason: str, session: Session | None = None, kind: Why = Why.RELEASED
+    ) -> None:
+        """Drop ``gang``'s plan and its room: in ``session`` during a cycle, else at once;
+        ``reason`` (of ``kind``) is what the gang is told."""
         plans = self._plans if session is None else session.plans
         plan = plans.pop(gang, None)
         if plan is not None:
@@ -1392,7 +1390,7 @@ class Planner:
                 self._cache.unreserve(plan.members)
             else:
                 session.release(plan.members)
-        self._reasons[gang] = reason
+        self._reasons[gang] = Reason(kind, reason)
 
 
 def _turn(by_queue: dict[str, list[Gang]], usage: QueueUsage, config: QueueConfig) -> str:
@@ -1457,6 +1455,6 @@ def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
     return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))
 
 
-def _short_reason(members: int, minimum: int) -> str:
+def _short_reason(members: int, minimum: int) -> Reason:
     """Why a gang with ``members`` of the ``minimum`` it needs waits."""
-    return f"{SHORT_OF_MEMBERS}: {members} of {minimum} exist"
+    return Reason(Why.SHORT_OF_MEMBERS, f"waiting for members: {members} of {minimum} exist")

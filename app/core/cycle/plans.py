@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from app.core.actions.victims import Unit
 from app.core.model.gang import Gang
@@ -145,6 +146,38 @@ class Conflict:
     text: str
     pods: tuple[Pod, ...] = ()
     objects: tuple[GroupObject, ...] = ()
+
+
+class Why(StrEnum):
+    """The kind of reason the planner last gave a gang that has no plan, or waits on one."""
+
+    #: Fewer members exist than its min-member.
+    SHORT_OF_MEMBERS = "short-of-members"
+    #: Its members disagree or ask for something impossible (``Gang.problem``).
+    PROBLEM = "problem"
+    #: Its queue's quota or fair share stops it.
+    QUOTA = "quota"
+    #: No room for its core now (capacity, fragmentation, topology, a hold ahead of it).
+    NO_ROOM = "no-room"
+    #: Planned; victims evicted to make its room are still leaving.
+    EVICTING = "evicting"
+    #: The cache refused its plan's reservation at commit (overtaken by a bind); planned again.
+    REFUSED = "refused"
+    #: kube-scheduler's own filters removed a planned node and no other candidate fits.
+    FILTERED_OUT = "filtered-out"
+    #: Its plan was dropped (expired, a bind ran out, rolled back, handed over).
+    RELEASED = "released"
+    #: Members beyond min-member wait for room left after every waiting gang's core.
+    ELASTIC = "elastic"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """What the planner last said about a gang: ``why`` for code to branch on, ``text`` for
+    filter's answer, events and explain."""
+
+    why: Why
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from app.core.cycle.describe import gang_state
 from app.core.cycle.headofline import domains_for
 from app.core.cycle.makeroom import make_room
 from app.core.cycle.outlook import Outlook
+from app.core.cycle.plans import Why
 from app.core.gpu.ask import MILLI, GpuAsk
 from app.core.insight.forward import FreedViews, Occupant, earliest
 from app.core.model.categories import Category, JobState
@@ -246,7 +247,8 @@ def _explain(o: Outlook, job: Job, *, brief: bool = False) -> Explanation:
     probe = job.pending[0] if job.pending else job.members[0]
     out.nodes = _node_reasons(o, view, probe)
     out.position = _position(o, job, queue)
-    out.planner = o.reasons.get(job.key, "") if job.gang is not None else ""
+    told = o.reasons.get(job.key) if job.gang is not None else None
+    out.planner = told.text if told is not None else ""
     if out.state != JobState.WAITING:
         out.summary = _busy_summary(o, job, out.state)
         out.eta_seconds = 0.0
@@ -276,7 +278,8 @@ def _busy_summary(o: Outlook, job: Job, state: JobState) -> str:
             if (p := o.session.snapshot.pods.get(u)) is not None and not p.terminal
         ]
         if left:
-            return o.reasons.get(job.key) or f"waiting for {len(left)} evicted pods to leave"
+            told = o.reasons.get(job.key)
+            return f"waiting for {len(left)} evicted pods to leave" if told is None else told.text
         return f"planned on {_spread(plan.members.values())}; kube-scheduler binds it next"
     if state == JobState.BINDING:
         return "its members are being bound together now"
@@ -302,9 +305,10 @@ def _blocker(o: Outlook, job: Job, queue: str, view: NodeView, out: Explanation)
     if job.gang is not None and job.gang.problem:
         out.category, out.summary = Category.CONSTRAINTS, job.gang.problem
         return
-    hint = o.hints.get(job.key)
-    if hint and job.key in o.reasons:
-        out.category, out.summary = hint, o.reasons[job.key]
+    told = o.reasons.get(job.key)
+    if told is not None and told.why is Why.FILTERED_OUT:
+        # kube-scheduler's own filters refused its planned node: a fresh look cannot see that.
+        out.category, out.summary = Category.CONSTRAINTS, told.text
         return
     core = job.core
     status = admit(o.usage, queue, demand_of(core)) if queue else None
