@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
@@ -37,6 +37,8 @@ from app.core.state.nodetable import NodeTable
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 _R = len(RESOURCE_NAMES)
+#: Uids of pods the API deleted that the cache remembers (``ClusterCache.learn_pod``), at most.
+GONE_KEPT = 65_536
 #: ``ClusterCache.apply`` gives up the lock after about this long (seconds), between operations.
 APPLY_SLICE = 0.002
 #: At most this many plan reservations are checked and made together (``_reserve_together``).
@@ -504,6 +506,8 @@ class ClusterCache:
         self._queue_applied: dict[str, QueueKey] = {}
         self._queue_used: dict[QueueKey, np.ndarray] = {}
         self._bound_at: dict[str, float] = {}
+        # Uids the API deleted, oldest first (``learn_pod`` never brings one back).
+        self._gone: OrderedDict[str, None] = OrderedDict()
         self._devices = DeviceLedger()
         # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
         # everyone's reach except work that ends before ``_hold_until``.
@@ -621,15 +625,23 @@ class ClusterCache:
             for pod in pods:
                 self._upsert_pod(pod)
 
-    def learn_pod(self, pod: Pod) -> Pod:
+    def learn_pod(self, pod: Pod) -> Pod | None:
         """Record a pod seen in an extender call unless the cache already knows it better.
 
         Returns the cached pod: once the watch (or a bind) has told more than the call, keep it.
+        Returns ``None`` (and records nothing) for a pod the cache does not know that is not a
+        pending pod to learn: one the API deleted, or one already bound. kube-scheduler 1.20
+        puts a pod it failed back into its queue as its informer has it then, bound if a bind
+        (Muster's, of a parked gang member) landed during the attempt; that copy is never
+        taken out of the queue, and the first try after the pod is deleted sends it here.
+        Learning it would count a deleted pod on its node for good.
         """
         with self._lock:
             known = self._pods.get(pod.uid)
             if known is not None and (known.node_name or not pod.node_name):
                 return known
+            if known is None and (pod.node_name or pod.uid in self._gone):
+                return None
             self._upsert_pod(pod)
             return self._pods[pod.uid]  # with its group object attached
 
@@ -811,6 +823,9 @@ class ClusterCache:
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
+        self._gone[uid] = None
+        if len(self._gone) > GONE_KEPT:
+            self._gone.popitem(last=False)
         self._unindex_gang(uid)
         self._unindex_refs(uid)
         counted = self._counted(uid)

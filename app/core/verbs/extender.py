@@ -13,6 +13,7 @@ preempt vetoes every candidate for a gang member, and never offers part of a gan
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -31,6 +32,8 @@ from app.core.verbs.bind import BindOutcome
 from app.core.verbs.filter import FilterMemo, FilterResult
 from app.core.verbs.gangbind import GangBinder
 from app.core.verbs.prioritize import STRATEGIES, Ranking, rank
+
+log = logging.getLogger("muster.extender")
 
 
 class Extender:
@@ -68,13 +71,16 @@ class Extender:
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
-    ) -> tuple[Pod, list[str]]:
-        """Learn the pod (and full nodes, when kube-scheduler sends them); the candidate names."""
+    ) -> tuple[Pod | None, list[str]]:
+        """Learn the pod (and full nodes, when kube-scheduler sends them); the candidate names.
+        The pod is ``None`` when it is no pending pod to place (``ClusterCache.learn_pod``)."""
         if nodes is not None:
             self.cache.upsert_nodes(nodes)
             names = [n.name for n in nodes]
-        pod = self.cache.learn_pod(pod)
-        return pod, list(names or ())
+        known = self.cache.learn_pod(pod)
+        if known is None:
+            log.warning("%s; not learned", _not_pending(pod))
+        return known, list(names or ())
 
     def filter(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
@@ -83,7 +89,10 @@ class Extender:
         gets its planned node alone; a pod on its own, with ``sole_pick``, Muster's best node
         alone (held) when nothing else would weigh in kube-scheduler's scoring. The answer
         may be shared with other calls (``FilterMemo``): do not change it."""
-        pod, names = self._candidates(pod, names, nodes)
+        known, names = self._candidates(pod, names, nodes)
+        if known is None:
+            return FilterResult(unresolvable=dict.fromkeys(names, _not_pending(pod)))
+        pod = known
         if self.gpu is not None:
             self.gpu.observe(pod)
         verdict = self.planner.verdict(pod)
@@ -137,9 +146,13 @@ class Extender:
     def prioritize(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
     ) -> Ranking:
-        """A 0-10 score for every candidate; a gang member's planned node scores 10."""
-        pod, names = self._candidates(pod, names, nodes)
+        """A 0-10 score for every candidate; a gang member's planned node scores 10 (a pod
+        that is no pending pod to place, 0 everywhere)."""
+        known, names = self._candidates(pod, names, nodes)
         ranking = self._rank(pod, names)
+        if known is None:
+            return replace(ranking, scores=np.zeros_like(ranking.scores))
+        pod = known
         spec = gang_spec(pod)
         plan = self.planner.plan(spec.key) if spec else None
         planned = plan.node_of(pod.uid) if plan else None
@@ -181,9 +194,10 @@ class Extender:
         given: Mapping[str, Pod] | None = None,
     ) -> dict[str, victimcheck.Victims]:
         """The candidate nodes (with their victims) on which preemption would let ``pod`` fit."""
-        pod = self.cache.learn_pod(pod)
-        if gang_spec(pod) is not None:
+        known, _ = self._candidates(pod, (), None)
+        if known is None or gang_spec(known) is not None:
             return {}
+        pod = known
         return victimcheck.filter_candidates(
             self.cache.snapshot(), pod, candidates, given, protected_for=self.planner.protected_for
         )
@@ -191,3 +205,9 @@ class Extender:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind the pod to ``node``; gang members through the barrier (see ``gangbind``)."""
         return await self.binder.bind(namespace, name, uid, node)
+
+
+def _not_pending(pod: Pod) -> str:
+    """Why a call about a pod that is no pending pod to place gets no node."""
+    bound = f", or bound to {pod.node_name}" if pod.node_name else ""
+    return f"pod {pod.key} is no pending pod Muster knows (deleted{bound}): a stale copy"
