@@ -7,6 +7,7 @@ objects with GPU capacity (no kubelet: bound pods stay Pending with ``spec.nodeN
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -15,6 +16,7 @@ from harness import (
     GPUS_PER_NODE,
     BindingWatch,
     binds_by_muster,
+    delete_now,
     gpu_pod,
     make_namespace,
     node_names,
@@ -90,3 +92,47 @@ def test_burst_of_200_pods_never_overcommits(cluster: Any) -> None:
     assert sum(g for _, g in seen.placements.values()) == 10 * GPUS_PER_NODE
     pending = [p for p in core.list_namespaced_pod(ns).items if not p.spec.node_name]
     assert len(pending) == len(sizes) - len(seen.placements)
+
+
+def test_a_stale_copy_of_a_deleted_pod_is_not_learned(cluster: Any) -> None:
+    """kube-scheduler 1.20 can keep a bound copy of a pod in its queue (put back as its
+    informer had it when Muster bound the pod during an attempt) and send it to filter after
+    the pod is deleted. The call goes to the real extender with the pod as the API server last
+    served it: Muster answers no node, and the node's GPUs stay free for the next pod."""
+    cp, core, muster = cluster
+    ns = make_namespace(core, "stale")
+    (node,) = node_names("stale", 1)
+    create_gpu_node(core, node, gpus=GPUS_PER_NODE, labels={"e2e": "stale"})
+    wait_nodes(muster, [node])
+    core.create_namespaced_pod(ns, gpu_pod("first", GPUS_PER_NODE, ns, "stale"))
+
+    def bound(name: str) -> dict[str, Any] | None:
+        raw = core.read_namespaced_pod(name, ns, _preload_content=False).data
+        obj: dict[str, Any] = json.loads(raw)
+        return obj if obj["spec"].get("nodeName") else None
+
+    copy = wait_for(lambda: bound("first"), 60, "the first pod to be bound")
+    delete_now(core, ns, "first")
+
+    def muster_has(uid: str) -> bool:
+        return any(p["uid"] == uid for p in muster.get("/debug/pods").json()["pods"])
+
+    uid = copy["metadata"]["uid"]
+    wait_for(lambda: not muster_has(uid), 30, "Muster to see the deletion")
+    answer = muster.post("/filter", json={"Pod": copy, "NodeNames": [node]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert not body["NodeNames"]
+    told = {**(body.get("FailedNodes") or {}), **(body.get("FailedAndUnresolvableNodes") or {})}
+    assert (
+        f"pod {ns}/first is no pending pod Muster knows (deleted, or bound to {node})"
+        in (told[node])
+    )
+    assert not muster_has(uid)
+    (row,) = (n for n in muster.get("/debug/nodes").json()["nodes"] if n["name"] == node)
+    assert row["gpus"]["free"] == GPUS_PER_NODE
+    core.create_namespaced_pod(ns, gpu_pod("second", GPUS_PER_NODE, ns, "stale"))
+    assert (
+        wait_for(lambda: bound("second"), 60, "the second pod to be bound")["spec"]["nodeName"]
+        == node
+    )
