@@ -131,3 +131,42 @@ def test_the_cache_remembers_a_bounded_number_of_deleted_pods(
         cache.delete_pod(p.uid)
     assert cache.learn_pod(gone[0]) is not None  # forgotten: the oldest of four
     assert all(cache.learn_pod(p) is None for p in gone[1:])
+
+
+#: (history the cache saw of node n1, whether n1 sent whole in an extender call is then
+#: known to the cache)
+NODE_ROWS: list[tuple[str, Callable[[ClusterCache], None], bool]] = [
+    ("never seen (no watch: learned from calls)", lambda c: None, True),
+    ("deleted by the watch", lambda c: (c.upsert_node(node("n1")), c.delete_node("n1")), False),
+    (
+        "deleted, then registered again",
+        lambda c: (c.upsert_node(node("n1")), c.delete_node("n1"), c.upsert_node(node("n1"))),
+        True,
+    ),
+    ("gone from a relist", lambda c: (c.upsert_node(node("n1")), c.replace_nodes([])), False),
+    (
+        "gone from a relist, back in the next",
+        lambda c: (
+            c.replace_nodes([node("n1")]),
+            c.replace_nodes([]),
+            c.replace_nodes([node("n1")]),
+        ),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("history", "known"), [r[1:] for r in NODE_ROWS], ids=[r[0] for r in NODE_ROWS]
+)
+def test_a_node_the_api_deleted_is_not_brought_back_by_a_call(
+    history: Callable[[ClusterCache], None], known: bool
+) -> None:
+    """With ``nodeCacheCapable: false`` kube-scheduler sends whole Node objects, from a
+    snapshot a call in flight may take before a node's deletion reaches it."""
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    history(cache)
+    result = graph.extender.filter(pod("p", gpu=1), None, [node("n1", gpus=8)])
+    assert ("n1" in cache.view().index) == known
+    assert result.feasible == (["n1"] if known else [])

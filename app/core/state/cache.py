@@ -506,8 +506,10 @@ class ClusterCache:
         self._queue_applied: dict[str, QueueKey] = {}
         self._queue_used: dict[QueueKey, np.ndarray] = {}
         self._bound_at: dict[str, float] = {}
-        # Uids the API deleted, oldest first (``learn_pod`` never brings one back).
+        # Uids of pods and names of nodes the API deleted, oldest first (``learn_pod`` and
+        # ``learn_nodes`` never bring one back).
         self._gone: OrderedDict[str, None] = OrderedDict()
+        self._gone_nodes: OrderedDict[str, None] = OrderedDict()
         self._devices = DeviceLedger()
         # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
         # everyone's reach except work that ends before ``_hold_until``.
@@ -529,13 +531,22 @@ class ClusterCache:
 
     def upsert_node(self, node: Node) -> bool:
         """Add or replace a node; returns whether anything changed."""
-        with self._lock:
-            return self._upsert_nodes([node])
+        return self.upsert_nodes([node])
 
     def upsert_nodes(self, nodes: Iterable[Node]) -> bool:
         """Add or replace several nodes at once (one generation step)."""
+        nodes = list(nodes)
         with self._lock:
-            return self._upsert_nodes(list(nodes))
+            for node in nodes:
+                self._gone_nodes.pop(node.name, None)
+            return self._upsert_nodes(nodes)
+
+    def learn_nodes(self, nodes: Iterable[Node]) -> bool:
+        """``upsert_nodes`` for the nodes of an extender call, but for nodes the API deleted
+        (kube-scheduler's snapshot of a call in flight may still hold one): those are not
+        brought back, only the API's next word on that name does."""
+        with self._lock:
+            return self._upsert_nodes([n for n in nodes if n.name not in self._gone_nodes])
 
     def replace_nodes(self, nodes: Iterable[Node]) -> None:
         """Make the node set exactly ``nodes`` (a relist)."""
@@ -544,6 +555,8 @@ class ClusterCache:
             wanted = {n.name for n in nodes}
             for name in [n.name for n in self._nodes if n.name not in wanted]:
                 self._delete_node(name)
+            for name in wanted:
+                self._gone_nodes.pop(name, None)
             self._upsert_nodes(nodes)
 
     def delete_node(self, name: str) -> None:
@@ -588,6 +601,7 @@ class ClusterCache:
         return i is None or self._nodes[i] != node
 
     def _delete_node(self, name: str) -> None:
+        _remember(self._gone_nodes, name)
         i = self._index.get(name)
         if i is None:
             return
@@ -823,9 +837,7 @@ class ClusterCache:
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
-        self._gone[uid] = None
-        if len(self._gone) > GONE_KEPT:
-            self._gone.popitem(last=False)
+        _remember(self._gone, uid)
         self._unindex_gang(uid)
         self._unindex_refs(uid)
         counted = self._counted(uid)
@@ -1510,6 +1522,14 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
+
+
+def _remember(gone: OrderedDict[str, None], key: str) -> None:
+    """Add ``key`` to ``gone`` as its newest entry, forgetting the oldest past ``GONE_KEPT``."""
+    gone[key] = None
+    gone.move_to_end(key)
+    if len(gone) > GONE_KEPT:
+        gone.popitem(last=False)
 
 
 def _settles(old: Pod, new: Pod) -> bool:

@@ -75,7 +75,7 @@ class Extender:
         """Learn the pod (and full nodes, when kube-scheduler sends them); the candidate names.
         The pod is ``None`` when it is no pending pod to place (``ClusterCache.learn_pod``)."""
         if nodes is not None:
-            self.cache.upsert_nodes(nodes)
+            self.cache.learn_nodes(nodes)
             names = [n.name for n in nodes]
         known = self.cache.learn_pod(pod)
         if known is None:
