@@ -16,6 +16,12 @@ from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
 from app.core.model.errors import MusterError
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+#: Connections kept open to the API server. Muster talks to it from more threads at once than
+#: the client's default (5 per CPU): the watches, eight nudge workers, a gang's binds in
+#: parallel, events, the lease. Past the pool's size urllib3 drops each extra connection after
+#: its request ("Connection pool is full, discarding connection") and the next request pays a
+#: new TLS handshake.
+API_CONNECTIONS = 64
 
 
 def _in_pod() -> bool:
@@ -58,6 +64,9 @@ def load_api_client(kubeconfig: str | None = None, in_cluster: bool | None = Non
     # No silent urllib3 retries: a bind must answer within kube-scheduler's httpTimeout, and the
     # watch loops retry on their own terms.
     configuration.retries = 0
+    configuration.connection_pool_maxsize = max(
+        API_CONNECTIONS, configuration.connection_pool_maxsize
+    )
     if in_cluster is None:
         in_cluster = kubeconfig is None and _in_pod()
     if in_cluster:

@@ -789,3 +789,26 @@ def test_gateway_evict_blocked_by_disruption_budget(core_v1: CoreV1Api, api: Api
     finally:
         policy.delete_namespaced_custom_object("policy", "v1beta1", NS, "poddisruptionbudgets", app)
         delete_now(core_v1, name)
+
+
+@e2e
+def test_many_requests_at_once_keep_their_connections(
+    core_v1: CoreV1Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Muster's threads (watches, nudge workers, a gang's parallel binds) call the API server
+    at once: 24 concurrent requests through ``load_api_client``'s client drop no connection
+    (the client's default pool is 5 per CPU)."""
+    start = threading.Barrier(24)
+
+    def read() -> None:
+        start.wait()
+        core_v1.read_namespace("default", _preload_content=False).release_conn()
+
+    with caplog.at_level(logging.WARNING, "urllib3.connectionpool"):
+        for _ in range(2):
+            threads = [threading.Thread(target=read) for _ in range(24)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    assert "Connection pool is full" not in caplog.text
