@@ -10,6 +10,7 @@ of the run: their GPUs stayed taken and gangs waited up to 33 s next to free roo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -170,3 +171,32 @@ def test_a_node_the_api_deleted_is_not_brought_back_by_a_call(
     result = graph.extender.filter(pod("p", gpu=1), None, [node("n1", gpus=8)])
     assert ("n1" in cache.view().index) == known
     assert result.feasible == (["n1"] if known else [])
+
+
+def test_a_late_bind_of_a_member_bound_already_there_succeeds() -> None:
+    """kube-scheduler still binding a member Muster bound with its gang (parked at the
+    barrier, bound with the rest): done, not an error; on another node, refused."""
+    cache = build_cache(Settings())
+    graph = build_graph(Settings(), cache, InMemoryGateway(cache))
+    cache.upsert_nodes([node("n0", gpus=2), node("n1", gpus=2)])
+    members = [pod(f"g-{i}", gpu=1, labels=GANG) for i in range(2)]
+    cache.upsert_pods(members)
+    graph.planner.cycle(force=True)
+    plan = graph.planner.plan("default/g")
+    assert plan is not None
+    where = {p.uid: plan.members[p.uid] for p in members}
+
+    async def bind(p: Pod, node_name: str) -> str:
+        return (await graph.extender.bind(p.namespace, p.name, p.uid, node_name)).error
+
+    async def together() -> list[str]:
+        return list(await asyncio.gather(*(bind(p, where[p.uid]) for p in members)))
+
+    assert asyncio.run(together()) == ["", ""]
+    graph.planner.cycle(force=True)  # the plan is fulfilled: dropped
+    assert graph.planner.plan("default/g") is None
+    first = members[0]
+    assert asyncio.run(bind(first, where[first.uid])) == ""
+    elsewhere = "n1" if where[first.uid] == "n0" else "n0"
+    assert asyncio.run(bind(first, elsewhere))  # an error: it is on the other node
+    assert cache.pod(first.uid).node_name == where[first.uid]

@@ -105,6 +105,11 @@ class GangBinder:
     def admit(self, request: BindRequest) -> BindTicket:
         """Decide what to do with a bind call (see ``BindTicket``); records barrier arrivals."""
         pod = self._cache.pod(request.uid)
+        if pod is not None and pod.node_name == request.node:
+            # Bound there already (a parked member Muster bound while kube-scheduler was still
+            # trying it): the call's work is done. An error would make kube-scheduler 1.20 put
+            # the pod back into its queue as bound, for good (``ClusterCache.learn_pod``).
+            return BindTicket(SUCCESS, outcome=BindOutcome())
         spec = gang_spec(pod) if pod is not None else None
         if spec is None:
             return BindTicket(SUCCESS)
