@@ -43,6 +43,10 @@ GONE_KEPT = 65_536
 APPLY_SLICE = 0.002
 #: At most this many plan reservations are checked and made together (``_reserve_together``).
 TOGETHER = 64
+#: How many a cache tries together first; it then doubles or halves the number so that one
+#: such step takes between a quarter of ``APPLY_SLICE`` and all of it on the machine it runs
+#: on (``_next_run``): the lock is only given up between steps.
+TOGETHER_FIRST = 8
 
 
 class WaitedLock:
@@ -523,6 +527,7 @@ class ClusterCache:
         self._plan_generation = 0
         self._freed_generation = 0
         self._changes = ChangeLog()
+        self._together = TOGETHER_FIRST
         self._view: NodeView | None = None
         self._snapshot: Snapshot | None = None
         self._synced = False
@@ -1011,12 +1016,17 @@ class ClusterCache:
                 deadline = time.perf_counter() + slice_seconds
                 while i < len(ops):
                     if i >= alone:
-                        end = _run_end(ops, i)
-                        if end - i > 1 and self._reserve_together(ops, i, end):
-                            i = end
-                            if time.perf_counter() >= deadline:
-                                break
-                            continue
+                        end = _run_end(ops, i, self._together)
+                        if end - i > 1:
+                            began = time.perf_counter()
+                            done = self._reserve_together(ops, i, end)
+                            took = time.perf_counter() - began
+                            self._together = _next_run(self._together, took, slice_seconds)
+                            if done:
+                                i = end
+                                if time.perf_counter() >= deadline:
+                                    break
+                                continue
                         alone = end  # one by one says which are refused, and why
                     self._apply_op(i, ops[i], refused, devices)
                     i += 1
@@ -1559,16 +1569,27 @@ _ASK_SHAPE = attrgetter("count", "milli")
 _FIRST = itemgetter(0)
 
 
-def _run_end(ops: Sequence[Reserve | Release | Hold], i: int) -> int:
+def _run_end(ops: Sequence[Reserve | Release | Hold], i: int, most: int) -> int:
     """Where the run of plain (not forced) ``Reserve`` operations from ``i`` ends, after at
-    most ``TOGETHER`` of them."""
+    most ``most`` of them."""
     end = i
-    while end < len(ops) and end - i < TOGETHER:
+    while end < len(ops) and end - i < most:
         op = ops[end]
         if not isinstance(op, Reserve) or op.force:
             break
         end += 1
     return max(end, i + 1)
+
+
+def _next_run(together: int, took: float, slice_seconds: float) -> int:
+    """How many reservations to try together next, after ``together`` took ``took`` seconds:
+    halved when that was over ``slice_seconds``, doubled (up to ``TOGETHER``) when it was
+    under a quarter of it."""
+    if took > slice_seconds:
+        return max(2, together // 2)
+    if took < slice_seconds / 4:
+        return min(TOGETHER, together * 2)
+    return together
 
 
 class Base(NamedTuple):

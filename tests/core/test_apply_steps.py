@@ -1,0 +1,59 @@
+"""How many plan reservations the cache makes in one step under its lock (``_next_run``):
+as many as fit in a slice on the machine it runs on, so a filter call waiting for the lock
+never waits behind one long step (issue 12: at most 5 ms)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.core.state import cache as cache_module
+from app.core.state.cache import TOGETHER, ClusterCache, _next_run
+from app.core.state.statement import Reserve, Statement
+from tests.factories import node, pod
+
+SLICE = 0.002
+
+#: (reservations tried together, seconds that step took, how many to try next)
+ROWS = [
+    ("quick: doubled", 8, SLICE / 8, 16),
+    ("quick at the cap: kept", TOGETHER, SLICE / 8, TOGETHER),
+    ("within the slice: kept", 8, SLICE / 2, 8),
+    ("over the slice: halved", 8, SLICE * 3, 4),
+    ("over the slice at two: kept at two", 2, SLICE * 3, 2),
+]
+
+
+@pytest.mark.parametrize(("together", "took", "then"), [r[1:] for r in ROWS],
+                         ids=[r[0] for r in ROWS])  # fmt: skip
+def test_the_next_step_size_follows_how_long_the_last_took(
+    together: int, took: float, then: int
+) -> None:
+    assert _next_run(together, took, SLICE) == then
+
+
+def test_a_slow_machine_makes_smaller_steps_with_the_same_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step of reservations made together costs 1 ms plus 1 ms per reservation (a
+    machine far slower than any): steps shrink until one fits a slice, and every
+    reservation is made all the same."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
+    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
+    cache.upsert_pods(pods)
+    whole = ClusterCache._reserve_whole_run
+    steps: list[int] = []
+
+    def slow(self: ClusterCache, ops: list[Reserve]) -> bool | None:
+        steps.append(len(ops))
+        time.sleep(0.001 * (1 + len(ops)))
+        return whole(self, ops)
+
+    monkeypatch.setattr(ClusterCache, "_reserve_whole_run", slow)
+    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
+    applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
+    assert not applied.refused
+    assert steps[0] == cache_module.TOGETHER_FIRST and steps[-1] <= 2 and sum(steps) == 64
+    assert all(cache.snapshot().placement[p.uid] == f"n{i // 8}" for i, p in enumerate(pods))
