@@ -12,6 +12,7 @@ import pytest
 
 from app.core.cycle.memos import StillBlocked, gangs_of
 from app.core.cycle.planner import Planner
+from app.core.cycle.plans import Why
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache, NodeView
@@ -196,7 +197,7 @@ def test_a_queue_behind_a_full_cluster_is_not_placed_again(
     planner.cycle(force=True)
     assert seen == [f"default/g{g}" for g in range(10)]
     reason = planner._reasons.get("default/g5")
-    assert reason and "reserved" not in reason
+    assert reason is not None and reason.why is Why.NO_ROOM and "reserved" not in reason.text
 
 
 ROOM_BACK = [
