@@ -171,7 +171,8 @@ class PodLife:
     messages: int = 0
     #: When Muster first nudged it (``muster.io/planned``, or its plan record ``muster.io/plan``).
     nudged: float | None = None
-    _message: str = ""
+    #: The last ``PodScheduled=False`` message kube-scheduler wrote (what the pod was told).
+    told: str = ""
 
 
 def drain(response: Any) -> None:
@@ -212,6 +213,15 @@ class Tracker:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=15)
+
+    def by_job(self) -> dict[str, list[PodLife]]:
+        """Each job's pod lives as the watch has them now (the lives are live objects)."""
+        with self.lock:
+            lives = list(self.pods.values())
+        jobs: dict[str, list[PodLife]] = {}
+        for life in lives:
+            jobs.setdefault(life.job, []).append(life)
+        return jobs
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -263,9 +273,9 @@ class Tracker:
             for cond in obj.get("status", {}).get("conditions") or ():
                 told = cond.get("message", "")
                 if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
-                    told != life._message
+                    told != life.told
                 ):
-                    life._message, life.messages = told, life.messages + 1
+                    life.told, life.messages = told, life.messages + 1
                     life.rejected = now if life.rejected is None else life.rejected
             notes = meta.get("annotations") or {}
             if life.nudged is None and ("muster.io/planned" in notes or "muster.io/plan" in notes):
@@ -716,11 +726,8 @@ def _idle_probe(run: Run, muster: str, s: Sizes) -> Iterator[list[dict[str, Any]
         since: float | None = None
         while not stop.wait(0.5):
             with run.tracker.lock:
-                lives = list(run.tracker.pods.items())
                 free = {n: GPUS_PER_NODE - run.tracker.used[n] for n in run.nodes}
-            jobs: dict[str, list[PodLife]] = {}
-            for _, life in lives:
-                jobs.setdefault(life.job, []).append(life)
+            jobs = run.tracker.by_job()
             waiting = sorted(
                 j for j, ls in jobs.items()
                 if len(ls) == s.gang_size and all(x.bound is None for x in ls)
@@ -816,7 +823,7 @@ def _timeline(run: Run, start: float) -> list[dict[str, Any]]:
             "bound": at(life.bound),
             "gone": at(life.gone),
             "node": life.node,
-            "told": life._message,
+            "told": life.told,
         }
         for name, life in sorted(lives.items())
     ]
@@ -846,10 +853,7 @@ def contention_figures(
     idle capacity while a *whole* job (every member created) waits, and when the first
     capacity's worth of jobs was whole (no scheduler can start a gang before that).
     """
-    with tracker.lock:
-        by_job: dict[str, list[PodLife]] = {}
-        for p in tracker.pods.values():
-            by_job.setdefault(p.job, []).append(p)
+    by_job = tracker.by_job()
     starts, ends = {}, {}
     for job in jobs:
         lives = by_job.get(job, [])

@@ -21,7 +21,6 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,6 +32,7 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from app.core.admission.pods import Fetched, NamespaceMeta
 from app.core.admission.workloads import JOB, WorkloadKind
+from app.core.state.recent import RecentMap
 
 log = logging.getLogger("muster.k8s.owners")
 
@@ -103,9 +103,8 @@ class TTLCache(Generic[K, V]):
         self, max_entries: int = 4096, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[K, _Entry[V]] = OrderedDict()
+        self._entries: RecentMap[K, _Entry[V]] = RecentMap(max_entries)
         self._loading: dict[K, threading.Event] = {}
-        self._max = max_entries
         self._clock = clock
         self.loads = 0
 
@@ -134,10 +133,7 @@ class TTLCache(Generic[K, V]):
             result, ttl = load()
             with self._lock:
                 self.loads += 1
-                self._entries[key] = _Entry(result, self._clock() + ttl)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self._max:
-                    self._entries.popitem(last=False)
+                self._entries.put(key, _Entry(result, self._clock() + ttl))
             return result
         finally:
             if leader:
@@ -156,9 +152,9 @@ class TTLCache(Generic[K, V]):
         if entry is None:
             return None
         if entry.expires <= self._clock():
-            del self._entries[key]
+            self._entries.discard(key)
             return None
-        self._entries.move_to_end(key)
+        self._entries.touch(key)
         return entry
 
     def clear(self) -> None:

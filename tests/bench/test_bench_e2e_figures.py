@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 
 import pytest
 
@@ -26,7 +25,8 @@ def test_idle_counts_waiting_work_and_whole_jobs_apart(bench: ModuleType) -> Non
         **{f"j0-{i}": bench.PodLife("j0", bound=1.0, gone=2.0) for i in range(8)},
         **{f"j1-{i}": bench.PodLife("j1", bound=3.0, gone=5.0) for i in range(8)},
     }
-    tracker = SimpleNamespace(lock=threading.Lock(), pods=pods)
+    tracker = bench.Tracker(None, "bench")  # not entered: no watch, the lives given here
+    tracker.pods.update(pods)
     jobs = {"j0": (8, 1.0), "j1": (8, 2.0)}
     figures = bench.contention_figures(tracker, jobs, 8, 0.0, 5.0, {"j0": 0.0, "j1": 2.5})
     assert figures["idle_pct"] == pytest.approx(40.0)

@@ -23,7 +23,6 @@ reported there are the live policy's.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from app.core.policies.fgd import LiveGpuPolicy
 from app.core.policies.gpushare import DeviceRanking
 from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.state.cache import NodeView
+from app.core.state.recent import RecentKeys
 
 #: Pods remembered as already observed (a pod is retried many times; count it once).
 _SEEN = 50_000
@@ -74,19 +74,15 @@ class GpuPlacement:
     def __init__(self, policy: LiveGpuPolicy) -> None:
         self.policy = policy
         self._lock = threading.Lock()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: RecentKeys[str] = RecentKeys(_SEEN)
         self._table: tuple[NodeView, GpuTable] | None = None
         self._last: tuple[NodeView, PodAsk, object, DeviceRanking] | None = None
 
     def observe(self, pod: Pod) -> None:
         """Count ``pod`` in the learned mix the first time it is seen."""
         with self._lock:
-            if pod.uid in self._seen:
-                return
-            self._seen[pod.uid] = None
-            if len(self._seen) > _SEEN:
-                self._seen.popitem(last=False)
-            self.policy.observe(PodAsk.of(pod))
+            if self._seen.add(pod.uid):
+                self.policy.observe(PodAsk.of(pod))
 
     def table(self, view: NodeView) -> GpuTable:
         """The policy's table for ``view`` (built once per view)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
@@ -34,6 +34,7 @@ from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
 from app.core.state.nodetable import NodeTable
+from app.core.state.recent import RecentKeys
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 _R = len(RESOURCE_NAMES)
@@ -512,8 +513,8 @@ class ClusterCache:
         self._bound_at: dict[str, float] = {}
         # Uids of pods and names of nodes the API deleted, oldest first (``learn_pod`` and
         # ``learn_nodes`` never bring one back).
-        self._gone: OrderedDict[str, None] = OrderedDict()
-        self._gone_nodes: OrderedDict[str, None] = OrderedDict()
+        self._gone: RecentKeys[str] = RecentKeys(GONE_KEPT)
+        self._gone_nodes: RecentKeys[str] = RecentKeys(GONE_KEPT)
         self._devices = DeviceLedger()
         # Backfill holds: room promised to a head-of-line gang (node -> amount), kept out of
         # everyone's reach except work that ends before ``_hold_until``.
@@ -542,8 +543,9 @@ class ClusterCache:
         """Add or replace several nodes at once (one generation step)."""
         nodes = list(nodes)
         with self._lock:
-            for node in nodes:
-                self._gone_nodes.pop(node.name, None)
+            if self._gone_nodes:  # the API's word on a name brings a deleted node back
+                for node in nodes:
+                    self._gone_nodes.discard(node.name)
             return self._upsert_nodes(nodes)
 
     def learn_nodes(self, nodes: Iterable[Node]) -> bool:
@@ -561,7 +563,7 @@ class ClusterCache:
             for name in [n.name for n in self._nodes if n.name not in wanted]:
                 self._delete_node(name)
             for name in wanted:
-                self._gone_nodes.pop(name, None)
+                self._gone_nodes.discard(name)
             self._upsert_nodes(nodes)
 
     def delete_node(self, name: str) -> None:
@@ -606,7 +608,7 @@ class ClusterCache:
         return i is None or self._nodes[i] != node
 
     def _delete_node(self, name: str) -> None:
-        _remember(self._gone_nodes, name)
+        self._gone_nodes.add(name)
         i = self._index.get(name)
         if i is None:
             return
@@ -842,7 +844,7 @@ class ClusterCache:
 
     def _delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
-        _remember(self._gone, uid)
+        self._gone.add(uid)
         self._unindex_gang(uid)
         self._unindex_refs(uid)
         counted = self._counted(uid)
@@ -1532,14 +1534,6 @@ class ClusterCache:
         if nodes:
             self._view = None
         self._snapshot = None
-
-
-def _remember(gone: OrderedDict[str, None], key: str) -> None:
-    """Add ``key`` to ``gone`` as its newest entry, forgetting the oldest past ``GONE_KEPT``."""
-    gone[key] = None
-    gone.move_to_end(key)
-    if len(gone) > GONE_KEPT:
-        gone.popitem(last=False)
 
 
 def _settles(old: Pod, new: Pod) -> bool:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,16 +72,18 @@ class Extender:
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
-    ) -> tuple[Pod | None, list[str]]:
+    ) -> _Call:
         """Learn the pod (and full nodes, when kube-scheduler sends them); the candidate names.
         The pod is ``None`` when it is no pending pod to place (``ClusterCache.learn_pod``)."""
         if nodes is not None:
             self.cache.learn_nodes(nodes)
             names = [n.name for n in nodes]
         known = self.cache.learn_pod(pod)
+        stale = ""
         if known is None:
-            log.warning("%s; not learned", _not_pending(pod))
-        return known, list(names or ())
+            stale = _not_pending(pod)
+            log.warning("%s; not learned", stale)
+        return _Call(known, list(names or ()), stale)
 
     def filter(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None = None
@@ -89,9 +92,9 @@ class Extender:
         gets its planned node alone; a pod on its own, with ``sole_pick``, Muster's best node
         alone (held) when nothing else would weigh in kube-scheduler's scoring. The answer
         may be shared with other calls (``FilterMemo``): do not change it."""
-        known, names = self._candidates(pod, names, nodes)
+        known, names, stale = self._candidates(pod, names, nodes)
         if known is None:
-            return FilterResult(unresolvable=dict.fromkeys(names, _not_pending(pod)))
+            return FilterResult(unresolvable=dict.fromkeys(names, stale))
         pod = known
         if self.gpu is not None:
             self.gpu.observe(pod)
@@ -148,7 +151,7 @@ class Extender:
     ) -> Ranking:
         """A 0-10 score for every candidate; a gang member's planned node scores 10 (a pod
         that is no pending pod to place, 0 everywhere)."""
-        known, names = self._candidates(pod, names, nodes)
+        known, names, _ = self._candidates(pod, names, nodes)
         ranking = self._rank(pod, names)
         if known is None:
             return replace(ranking, scores=np.zeros_like(ranking.scores))
@@ -194,7 +197,7 @@ class Extender:
         given: Mapping[str, Pod] | None = None,
     ) -> dict[str, victimcheck.Victims]:
         """The candidate nodes (with their victims) on which preemption would let ``pod`` fit."""
-        known, _ = self._candidates(pod, (), None)
+        known = self._candidates(pod, (), None).pod
         if known is None or gang_spec(known) is not None:
             return {}
         pod = known
@@ -205,6 +208,15 @@ class Extender:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind the pod to ``node``; gang members through the barrier (see ``gangbind``)."""
         return await self.binder.bind(namespace, name, uid, node)
+
+
+class _Call(NamedTuple):
+    """What an extender call is about: the cached pod (``None``: no pending pod to place, see
+    ``stale``), the candidate node names, and why the pod is refused (empty when known)."""
+
+    pod: Pod | None
+    names: list[str]
+    stale: str
 
 
 def _not_pending(pod: Pod) -> str:
