@@ -57,3 +57,38 @@ def test_a_slow_machine_makes_smaller_steps_with_the_same_outcome(
     assert not applied.refused
     assert steps[0] == cache_module.TOGETHER_FIRST and steps[-1] <= 2 and sum(steps) == 64
     assert all(cache.snapshot().placement[p.uid] == f"n{i // 8}" for i, p in enumerate(pods))
+
+
+def test_no_step_begins_that_would_end_past_the_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step of reservations made together takes 60 % of a slice: a second step in the
+    same hold would end past it, so the lock is given up after every step (a filter call
+    waiting for it waits about one step, not two)."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
+    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
+    cache.upsert_pods(pods)
+    whole = ClusterCache._reserve_whole_run
+    cache._together = 8
+    lock = cache._lock
+    holds: list[int] = []  # steps made in each hold of the lock
+
+    class Counting:
+        def __enter__(self) -> None:
+            lock.acquire()
+            holds.append(0)
+
+        def __exit__(self, *exc: object) -> None:
+            lock.release()
+
+    def step(self: ClusterCache, ops: list[Reserve]) -> bool | None:
+        holds[-1] += 1
+        time.sleep(SLICE * 0.6)
+        return whole(self, ops)
+
+    monkeypatch.setattr(ClusterCache, "_reserve_whole_run", step)
+    monkeypatch.setattr(cache_module, "_next_run", lambda together, took, slice_: together)
+    monkeypatch.setattr(cache, "_lock", Counting())
+    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
+    applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
+    assert not applied.refused
+    assert holds == [1] * 8

@@ -1026,7 +1026,9 @@ class ClusterCache:
                             self._together = _next_run(self._together, took, slice_seconds)
                             if done:
                                 i = end
-                                if time.perf_counter() >= deadline:
+                                # No step begun that would, as long as this one, end past
+                                # the slice: the lock is held about one slice at most.
+                                if time.perf_counter() + took >= deadline:
                                     break
                                 continue
                         alone = end  # one by one says which are refused, and why
