@@ -12,7 +12,9 @@ a fresh cache (median and best reported):
 * **full**: the first cycle, which plans every gang that fits (all of them when there is
   room; a cluster smaller than the demand plans what fits and gives the rest a reason),
   also as the CPU time of the cycle's thread (what the load of a shared machine inflates
-  least);
+  least). Each run uses the same pod objects, so after the first what a cycle derives from
+  a pod alone (its gang, GPU ask, queue keys: ``PodFact``) is remembered; **pods never
+  seen** runs the full cycle on new pod objects each time (as when they all just arrived);
 * **after one change**: one more cycle after one planned gang's pods are deleted (the
   steady state: a cycle after an event);
 * **after one arrival**: every plan's pods bound, then one more gang arrives and a cycle runs;
@@ -374,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     pods = make_gangs(args.gangs, args.size, args.queues)
     runs = [one_run(nodes, pods) for _ in range(args.repeat)]
     full, cpu, after, arrival, forced, base, planned = (list(x) for x in zip(*runs, strict=True))
+    # The same pod objects again in each run above: after the first, what a cycle derives
+    # from a pod alone (its gang, GPU ask, queue keys) is remembered from the run before.
+    unseen = [
+        one_run(nodes, make_gangs(args.gangs, args.size, args.queues))[0]
+        for _ in range(args.repeat)
+    ]
     print(
         f"planner cycle: {args.nodes} nodes x 8 GPUs, {args.gangs} gangs x {args.size} pods "
         f"({len(pods)} pending), {args.queues} queue(s); {planned[0]} gangs planned; "
@@ -383,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             ("full cycle", full),
             ("full cycle, CPU time", cpu),
+            ("  pods never seen", unseen),
             ("cycle after one change", after),
             ("cycle after one arrival", arrival),
             ("  the same, forced", forced),

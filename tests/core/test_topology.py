@@ -20,7 +20,7 @@ from app.core.cycle.plans import Why
 from app.core.insight.explain import explain_gang
 from app.core.model.categories import Category
 from app.core.model.values import Node, Pod
-from app.core.state.domains import DEFAULT_KEYS, Tree, build
+from app.core.state.domains import DEFAULT_KEYS, Tree, ask_of, build, pod_ask
 from app.services import build_services
 from app.settings import Settings
 from tests.core.gangsim import Cluster
@@ -701,3 +701,24 @@ def test_next_domain_declines_a_domain_alike_in_sums_but_not_in_devices() -> Non
     level, filled, decides = memo.last
     found = next_domain(view, second, tree, (level, filled), decides, memo)
     assert found is None or tree.domains[level][found[0]].label(tree) == "n2"
+
+
+#: (labels, annotations) of one pod: its own topology ask, read alone (``pod_ask``) or as a
+#: gang of one (``ask_of``), must be the same.
+ONE_POD_ASKS = [
+    ("none", {}, {}),
+    ("required", {REQUIRED: "block"}, {}),
+    ("preferred", {PREFERRED: "spine"}, {}),
+    ("both: required wins", {REQUIRED: "block", PREFERRED: "spine"}, {}),
+    ("annotation", {}, {PREFERRED: " zone "}),
+    ("blank value is no ask", {REQUIRED: "  "}, {PREFERRED: "block"}),
+]
+
+
+@pytest.mark.parametrize(("labels", "annotations"), [r[1:] for r in ONE_POD_ASKS],
+                         ids=[r[0] for r in ONE_POD_ASKS])  # fmt: skip
+def test_one_pods_ask_alone_is_its_ask_as_a_gang_of_one(
+    labels: dict[str, str], annotations: dict[str, str]
+) -> None:
+    member = pod("m", gpu=1, labels=labels, annotations=annotations)
+    assert (pod_ask(member), "") == ask_of([member])

@@ -17,8 +17,9 @@ import numpy as np
 from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.model.gang import Gang, collect_gangs
+from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
-from app.core.model.runtime import PodFact, declared_runtime
+from app.core.model.runtime import declared_runtime
 from app.core.model.values import Pod
 from app.core.state.cache import NodeView, QueueKey, Snapshot, queue_key
 from app.core.state.diff import changed_members

@@ -60,8 +60,8 @@ from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.labels import GANG_GATE, PLAN_RECORD
+from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
-from app.core.model.runtime import PodFact
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import Pod, Resources
 from app.core.policies.drf import order_key
@@ -72,7 +72,7 @@ from app.core.policies.proportion import admit, admits_anything
 from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache, NodeView, Snapshot
 from app.core.state.diff import changed_pods
-from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, tree_for
+from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
@@ -1426,7 +1426,7 @@ def _member_shape(pod: Pod) -> _Shape:
     """What makes members alike for ``_alike_core`` (their topology ask as ``ask_of`` of the
     pod alone: members with the same one have it as their gang's ask). Equal shapes are one
     object (``_KINDS``), so comparing alike members' shapes compares no fields."""
-    shape = pod.requests, constraint_of(pod), GpuAsk.of(pod), ask_of([pod])
+    shape = pod.requests, constraint_of(pod), GpuAsk.of(pod), (pod_ask(pod), "")
     if len(_KINDS) >= _MAX_KINDS:
         _KINDS.clear()
     return _KINDS.setdefault(shape, shape)

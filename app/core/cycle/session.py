@@ -154,7 +154,7 @@ class Session:
                 here.append(pod)
                 chosen = devices.get(uid)
                 if chosen:
-                    hit = known(id(pod))  # ``GpuAsk.of``'s memo read in line
+                    hit = known(uid)  # ``GpuAsk.of``'s memo read in line
                     ask = hit[1] if hit is not None and hit[0] is pod else ask_of(pod)
                     if len(chosen) == 1 == ask.count and ask.milli == MILLI and not force:
                         whole_rows.append(row)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.model.podfacts import PodFact
 from app.core.model.values import GPU_PRODUCT_LABEL, Pod
 
 MILLI = 1000
@@ -107,26 +108,12 @@ class GpuAsk:
 
         Remembered per pod object (pods are immutable; a cycle asks for each member several
         times: placing it, reserving it, committing it)."""
-        hit = _ASKS.get(id(pod))
-        if hit is not None and hit[0] is pod:
-            return hit[1]
-        ask = cls._of(pod)
-        if len(_ASKS) >= _MAX_ASKS:
-            _ASKS.clear()
-            _SAME.clear()
-        ask = _SAME.setdefault(ask, ask)  # equal asks one object: comparing them is quick
-        _ASKS[id(pod)] = (pod, ask)  # the pod kept alive with it: its id is not reused
-        return ask
+        return _ASKS.of(pod)
 
     @classmethod
     def of_each(cls, pods: Iterable[Pod]) -> list[GpuAsk]:
         """``of`` of each of ``pods`` (the memo read in line: a commit asks for every pod)."""
-        out: list[GpuAsk] = []
-        known = _ASKS.get
-        for pod in pods:
-            hit = known(id(pod))
-            out.append(hit[1] if hit is not None and hit[0] is pod else cls.of(pod))
-        return out
+        return _ASKS.of_each(pods)
 
     @classmethod
     def _of(cls, pod: Pod) -> GpuAsk:
@@ -169,17 +156,27 @@ class GpuAsk:
 NO_GPU = GpuAsk()
 
 
-def asks_known() -> Callable[[int], tuple[Pod, GpuAsk] | None]:
-    """``GpuAsk.of``'s memo lookup by ``id(pod)``, to read it in line in a loop over many
-    pods: a hit ``(pod, ask)`` answers for that very pod only (``hit[0] is pod``)."""
-    return _ASKS.get
+def asks_known() -> Callable[[str], tuple[Pod, GpuAsk] | None]:
+    """``GpuAsk.of``'s memo lookup by pod uid, to read it in line in a loop over many pods: a
+    hit ``(pod, ask)`` answers for that very pod only (``hit[0] is pod``)."""
+    return _ASKS.lookup()
 
 
-#: ``GpuAsk.of`` answers by ``id(pod)``, with the pod; at most ``_MAX_ASKS`` of them.
-_ASKS: dict[int, tuple[Pod, GpuAsk]] = {}
-_MAX_ASKS = 16384
-#: Every distinct ask ``GpuAsk.of`` made, to hand out one object per value.
+#: Every distinct ask ``GpuAsk.of`` made, to hand out one object per value; at most
+#: ``_MAX_SAME`` (past it, it starts over).
 _SAME: dict[GpuAsk, GpuAsk] = {}
+_MAX_SAME = 16384
+
+
+def _shared_ask(pod: Pod) -> GpuAsk:
+    ask = GpuAsk._of(pod)
+    if len(_SAME) >= _MAX_SAME:
+        _SAME.clear()
+    return _SAME.setdefault(ask, ask)  # equal asks one object: comparing them is quick
+
+
+#: ``GpuAsk.of``, remembered per pod object.
+_ASKS: PodFact[GpuAsk] = PodFact(_shared_ask)
 
 
 @dataclass(frozen=True, slots=True)

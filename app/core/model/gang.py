@@ -14,13 +14,11 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from app.core.model import labels
 from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
+from app.core.model.podfacts import PodFact
 from app.core.model.values import Pod
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +62,11 @@ def object_gang_name(pod: Pod, obj: GroupObject) -> str:
     return obj.name
 
 
-#: ``explicit_queue`` answers by ``id(pod)``, with the pod (as ``_SPECS``).
-_QUEUES: dict[int, tuple[Pod, tuple[str, str] | None]] = {}
-
-
 def explicit_queue(pod: Pod) -> tuple[str, str] | None:
     """``(source, queue)`` the pod asks for: ``muster.io/queue``, else its group object's
     queue (a Volcano PodGroup's ``spec.queue``), else another scheduler's queue key.
     Remembered per pod object (as ``gang_spec``)."""
-    return _remembered(_QUEUES, pod, _explicit_queue)
+    return _QUEUES.of(pod)
 
 
 def _explicit_queue(pod: Pod) -> tuple[str, str] | None:
@@ -102,44 +96,27 @@ def _object_notes(pod: Pod, obj: GroupObject, min_member: int | None, min_key: s
     return notes
 
 
-#: ``gang_spec`` answers by ``id(pod)``, with the pod (kept alive: its id is not reused);
-#: at most ``_MAX_SPECS`` of them.
-_SPECS: dict[int, tuple[Pod, GangSpec | None]] = {}
-_MAX_SPECS = 16384
-
-
 def gang_spec(pod: Pod) -> GangSpec | None:
     """The gang ``pod`` belongs to, or ``None`` for a pod scheduled on its own (see
-    ``_gang_spec``). Remembered per pod object: pods are immutable, and the cache, each cycle
-    and each filter call ask for the same pods' gangs again. Equal specs are one object
-    (members of one gang mostly say the same: ``_agree`` then reads one)."""
-    return _remembered(_SPECS, pod, _shared_spec)
+    ``_gang_spec``). Remembered per pod object (``PodFact``): pods are immutable, and the
+    cache, each cycle and each filter call ask for the same pods' gangs again. Equal specs are
+    one object (members of one gang mostly say the same: ``_agree`` then reads one)."""
+    return _SPECS.of(pod)
 
 
-#: Every distinct ``GangSpec`` made, to hand out one object per value; at most ``_MAX_SPECS``.
+#: Every distinct ``GangSpec`` made, to hand out one object per value; at most
+#: ``_MAX_DISTINCT`` (past it, it starts over).
 _DISTINCT: dict[GangSpec, GangSpec] = {}
+_MAX_DISTINCT = 16384
 
 
 def _shared_spec(pod: Pod) -> GangSpec | None:
     spec = _gang_spec(pod)
     if spec is None:
         return None
-    if len(_DISTINCT) >= _MAX_SPECS:
+    if len(_DISTINCT) >= _MAX_DISTINCT:
         _DISTINCT.clear()
     return _DISTINCT.setdefault(spec, spec)
-
-
-def _remembered(memo: dict[int, tuple[Pod, T]], pod: Pod, make: Callable[[Pod], T]) -> T:
-    """``make(pod)``, remembered in ``memo`` by ``id(pod)`` with the pod itself (kept alive
-    there, so its id is not reused while remembered); at most ``_MAX_SPECS`` entries."""
-    hit = memo.get(id(pod))
-    if hit is not None and hit[0] is pod:
-        return hit[1]
-    value = make(pod)
-    if len(memo) >= _MAX_SPECS:
-        memo.clear()
-    memo[id(pod)] = (pod, value)
-    return value
 
 
 def _gang_spec(pod: Pod) -> GangSpec | None:
@@ -315,14 +292,14 @@ def collect_gangs(
     """
     gangs: dict[str, Gang] = {}
     specs: dict[str, list[GangSpec]] = {}
-    known = _SPECS.get  # ``gang_spec``'s memo read in line (a cycle groups every member)
+    known = _SPECS.lookup()  # ``gang_spec``'s memo read in line (a cycle groups every member)
     if held is None:
         pods = list(pods)
         held = map(holds_node, pods)
     for pod, holds in zip(pods, held, strict=True):
         if pod.terminal or pod.deleting:
             continue
-        hit = known(id(pod))
+        hit = known(pod.uid)
         spec = hit[1] if hit is not None and hit[0] is pod else gang_spec(pod)
         if spec is None:
             continue
@@ -371,3 +348,8 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
         gang.pending.sort(key=_BY_AGE)
     else:
         gang.pending = list(gang.members)  # every member pending: the same order (stable)
+
+
+#: ``gang_spec`` and ``explicit_queue``, remembered per pod object.
+_SPECS: PodFact[GangSpec | None] = PodFact(_shared_spec)
+_QUEUES: PodFact[tuple[str, str] | None] = PodFact(_explicit_queue)

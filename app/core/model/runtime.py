@@ -8,15 +8,14 @@ whether waiting work would finish before a reservation starts (backfill).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Generic, TypeVar
 
 from app.core.model import labels
+from app.core.model.podfacts import PodFact
 from app.core.model.values import Pod
 
 EXPECTED_RUNTIME = "muster.io/expected-runtime"
-T = TypeVar("T")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
@@ -43,40 +42,6 @@ def declared_runtime(pod: Pod) -> float | None:
 def declared_runtimes(pods: Iterable[Pod]) -> set[float | None]:
     """``declared_runtime`` of each of ``pods``, each distinct value once."""
     return set(_DECLARED.of_each(pods))
-
-
-class PodFact(Generic[T]):
-    """One value derived from a pod object alone, kept per uid while the cache hands out that
-    very object (pods are immutable: an update is a new object, so identity says unchanged).
-    Explain and what-if read it for every running pod after each cache change; this makes
-    that pass a lookup instead of a parse."""
-
-    #: Entries kept at most; past it the memo starts over (uids of gone pods pile up).
-    LIMIT = 1 << 17
-
-    def __init__(self, derive: Callable[[Pod], T]) -> None:
-        self._derive = derive
-        self._kept: dict[str, tuple[Pod, T]] = {}
-
-    def of(self, pod: Pod) -> T:
-        """``derive(pod)``, from the memo when ``pod`` is the object it was derived from."""
-        hit = self._kept.get(pod.uid)
-        if hit is not None and hit[0] is pod:
-            return hit[1]
-        value = self._derive(pod)
-        if len(self._kept) >= self.LIMIT:
-            self._kept = {}
-        self._kept[pod.uid] = (pod, value)
-        return value
-
-    def of_each(self, pods: Iterable[Pod]) -> list[T]:
-        """``of`` of each of ``pods`` (the memo read in line: a cycle asks for every member)."""
-        out: list[T] = []
-        kept = self._kept
-        for pod in pods:
-            hit = kept.get(pod.uid)
-            out.append(hit[1] if hit is not None and hit[0] is pod else self.of(pod))
-        return out
 
 
 def _declared_runtime(pod: Pod) -> float | None:

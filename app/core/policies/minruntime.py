@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.core.model import labels
+from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
-from app.core.model.runtime import PodFact, parse_duration
+from app.core.model.runtime import parse_duration
 from app.core.model.values import Pod
 
 #: The label or annotation a pod states its own protection with.

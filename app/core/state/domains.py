@@ -278,6 +278,16 @@ class Ask:
     required: bool
 
 
+def pod_ask(pod: Pod) -> Ask | None:
+    """``ask_of([pod])``'s ask (one pod never contradicts itself): its
+    ``topology-required`` level, else its ``topology-preferred`` one, else ``None``."""
+    for key in (labels.TOPOLOGY_REQUIRED, labels.TOPOLOGY_PREFERRED):
+        value = labels.lookup(key, pod.labels, pod.annotations)
+        if value and value.strip():
+            return Ask(value.strip(), key == labels.TOPOLOGY_REQUIRED)
+    return None
+
+
 def ask_of(pods: Iterable[Pod]) -> tuple[Ask | None, str]:
     """The ask of a gang's members and, if they contradict each other, why it is unusable.
 

@@ -1,0 +1,57 @@
+"""Values derived from a pod object alone, remembered per pod uid while that very object is
+asked about (pods are immutable: an update is a new object, so identity says unchanged).
+
+A cycle asks for every member's gang, queue and GPU ask several times (grouping, placing,
+reserving, committing), and explain and what-if read facts of every running pod after each
+cache change: with this, each is a lookup instead of a parse. Keyed by uid, a pod's newer
+version takes its older one's entry, so the memo holds one object per pod (live ones, and
+deleted ones until it starts over past ``LIMIT``) whatever the cluster's churn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+from app.core.model.values import Pod
+
+T = TypeVar("T")
+
+
+class PodFact(Generic[T]):
+    """One value derived from a pod object alone, kept per uid while the cache hands out that
+    very object (pods are immutable: an update is a new object, so identity says unchanged).
+    Explain and what-if read it for every running pod after each cache change; this makes
+    that pass a lookup instead of a parse."""
+
+    #: Entries kept at most; past it the memo starts over (uids of gone pods pile up).
+    LIMIT = 1 << 17
+
+    def __init__(self, derive: Callable[[Pod], T]) -> None:
+        self._derive = derive
+        self._kept: dict[str, tuple[Pod, T]] = {}
+
+    def of(self, pod: Pod) -> T:
+        """``derive(pod)``, from the memo when ``pod`` is the object it was derived from."""
+        hit = self._kept.get(pod.uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        value = self._derive(pod)
+        if len(self._kept) >= self.LIMIT:
+            self._kept = {}
+        self._kept[pod.uid] = (pod, value)
+        return value
+
+    def lookup(self) -> Callable[[str], tuple[Pod, T] | None]:
+        """The memo's entry by uid, to read it in line in a loop over many pods: a hit
+        ``(pod, value)`` answers for that very pod only (``hit[0] is pod``)."""
+        return self._kept.get
+
+    def of_each(self, pods: Iterable[Pod]) -> list[T]:
+        """``of`` of each of ``pods`` (the memo read in line: a cycle asks for every member)."""
+        out: list[T] = []
+        kept = self._kept
+        for pod in pods:
+            hit = kept.get(pod.uid)
+            out.append(hit[1] if hit is not None and hit[0] is pod else self.of(pod))
+        return out
