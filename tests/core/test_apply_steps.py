@@ -4,6 +4,7 @@ never waits behind one long step (issue 12: at most 5 ms)."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -92,3 +93,44 @@ def test_no_step_begins_that_would_end_past_the_slice(monkeypatch: pytest.Monkey
     applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
     assert not applied.refused
     assert holds == [1] * 8
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector on", "collector off"])
+def test_no_garbage_collection_while_a_step_holds_the_lock(
+    enabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that allocates enough to trigger the collector many times over: no collection
+    starts while it holds the cache's lock, and the collector is left as it was found."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
+    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
+    cache.upsert_pods(pods)
+    whole = ClusterCache._reserve_whole_run
+    collected_in_step: list[str] = []
+    in_step = False
+
+    def noting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and in_step:
+            collected_in_step.append(f"generation {info['generation']}")
+
+    def step(self: ClusterCache, ops: list[Reserve]) -> bool | None:
+        nonlocal in_step
+        in_step = True
+        garbage = [[i] for i in range(50_000)]  # far past the collector's thresholds
+        del garbage
+        in_step = False
+        return whole(self, ops)
+
+    monkeypatch.setattr(ClusterCache, "_reserve_whole_run", step)
+    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(noting)
+    try:
+        applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(noting)
+        (gc.enable if was else gc.disable)()
+    assert not applied.refused
+    assert collected_in_step == []
