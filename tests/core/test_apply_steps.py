@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from app.core.model.values import Pod
 from app.core.state import cache as cache_module
 from app.core.state.cache import TOGETHER, ClusterCache, _next_run
 from app.core.state.statement import Reserve, Statement
@@ -26,6 +27,17 @@ ROWS = [
 ]
 
 
+def _sixty_four() -> tuple[ClusterCache, list[Pod], list[Reserve]]:
+    """A cache of 8 nodes of 8 GPUs and 64 pending 1-GPU pods; a reservation of each on its
+    own device (8 per node), in order."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
+    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
+    cache.upsert_pods(pods)
+    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
+    return cache, pods, ops
+
+
 @pytest.mark.parametrize(("together", "took", "then"), [r[1:] for r in ROWS],
                          ids=[r[0] for r in ROWS])  # fmt: skip
 def test_the_next_step_size_follows_how_long_the_last_took(
@@ -40,10 +52,7 @@ def test_a_slow_machine_makes_smaller_steps_with_the_same_outcome(
     """Each step of reservations made together costs 1 ms plus 1 ms per reservation (a
     machine far slower than any): steps shrink until one fits a slice, and every
     reservation is made all the same."""
-    cache = ClusterCache()
-    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
-    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
-    cache.upsert_pods(pods)
+    cache, pods, ops = _sixty_four()
     whole = ClusterCache._reserve_whole_run
     steps: list[int] = []
 
@@ -53,7 +62,6 @@ def test_a_slow_machine_makes_smaller_steps_with_the_same_outcome(
         return whole(self, ops)
 
     monkeypatch.setattr(ClusterCache, "_reserve_whole_run", slow)
-    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
     applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
     assert not applied.refused
     assert steps[0] == cache_module.TOGETHER_FIRST and steps[-1] <= 2 and sum(steps) == 64
@@ -64,10 +72,7 @@ def test_no_step_begins_that_would_end_past_the_slice(monkeypatch: pytest.Monkey
     """Each step of reservations made together takes 60 % of a slice: a second step in the
     same hold would end past it, so the lock is given up after every step (a filter call
     waiting for it waits about one step, not two)."""
-    cache = ClusterCache()
-    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
-    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
-    cache.upsert_pods(pods)
+    cache, pods, ops = _sixty_four()
     whole = ClusterCache._reserve_whole_run
     cache._together = 8
     lock = cache._lock
@@ -89,7 +94,6 @@ def test_no_step_begins_that_would_end_past_the_slice(monkeypatch: pytest.Monkey
     monkeypatch.setattr(ClusterCache, "_reserve_whole_run", step)
     monkeypatch.setattr(cache_module, "_next_run", lambda together, took, slice_: together)
     monkeypatch.setattr(cache, "_lock", Counting())
-    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
     applied = cache.apply(Statement(base=cache.generation, ops=ops), slice_seconds=SLICE)
     assert not applied.refused
     assert holds == [1] * 8
@@ -101,10 +105,7 @@ def test_no_garbage_collection_while_a_step_holds_the_lock(
 ) -> None:
     """A step that allocates enough to trigger the collector many times over: no collection
     starts while it holds the cache's lock, and the collector is left as it was found."""
-    cache = ClusterCache()
-    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
-    pods = [pod(f"p{i}", gpu=1) for i in range(64)]
-    cache.upsert_pods(pods)
+    cache, pods, ops = _sixty_four()
     whole = ClusterCache._reserve_whole_run
     collected_in_step: list[str] = []
     in_step = False
@@ -122,7 +123,6 @@ def test_no_garbage_collection_while_a_step_holds_the_lock(
         return whole(self, ops)
 
     monkeypatch.setattr(ClusterCache, "_reserve_whole_run", step)
-    ops = [Reserve(f"g{i}", {p.uid: f"n{i // 8}"}, {p.uid: (i % 8,)}) for i, p in enumerate(pods)]
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     gc.callbacks.append(noting)
