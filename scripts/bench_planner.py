@@ -168,15 +168,27 @@ def machine_reference(repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def fresh_cache(nodes: list[Node], pods: list[Pod]) -> ClusterCache:
+    """A synced cache holding ``nodes`` and ``pods``."""
+    cache = ClusterCache()
+    cache.upsert_nodes(nodes)
+    cache.upsert_pods(pods)
+    cache.mark_synced()
+    return cache
+
+
+def full_cycle(nodes: list[Node], pods: list[Pod]) -> float:
+    """Milliseconds of the first cycle on a fresh cache of ``nodes`` and ``pods``."""
+    planner = Planner(fresh_cache(nodes, pods), strategy="binpack", scheduler_name="muster")
+    return timed(planner.cycle)
+
+
 def one_run(
     nodes: list[Node], pods: list[Pod]
 ) -> tuple[float, float, float, float, float, float, int]:
     """(full cycle ms, its CPU ms, cycle after one change ms, cycle after one arrival ms, the
     same forced ms, baseline ms, gangs planned) on a fresh cache."""
-    cache = ClusterCache()
-    cache.upsert_nodes(nodes)
-    cache.upsert_pods(pods)
-    cache.mark_synced()
+    cache = fresh_cache(nodes, pods)
     planner = Planner(cache, strategy="binpack", scheduler_name="muster")
     baseline = timed(lambda: gangs_of(cache.snapshot()))
     planned: list[str] = []
@@ -286,10 +298,7 @@ def filter_latency(
 
 def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list[str]:
     """Filter latency alone and while full cycles run in another thread (report lines)."""
-    cache = ClusterCache()
-    cache.upsert_nodes(nodes)
-    cache.upsert_pods(pods)
-    cache.mark_synced()
+    cache = fresh_cache(nodes, pods)
     graph = build_graph(Settings(strategy="binpack"), cache, InMemoryGateway(cache))
     planner, extender = graph.planner, graph.extender
     planned = planner.cycle(force=True)
@@ -379,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     # The same pod objects again in each run above: after the first, what a cycle derives
     # from a pod alone (its gang, GPU ask, queue keys) is remembered from the run before.
     unseen = [
-        one_run(nodes, make_gangs(args.gangs, args.size, args.queues))[0]
+        full_cycle(nodes, make_gangs(args.gangs, args.size, args.queues))
         for _ in range(args.repeat)
     ]
     print(

@@ -278,14 +278,25 @@ class Ask:
     required: bool
 
 
+#: The keys a pod states its topology ask with, the one that outranks the other first.
+_ASK_KEYS = (labels.TOPOLOGY_REQUIRED, labels.TOPOLOGY_PREFERRED)
+
+
+def _stated(pod: Pod) -> tuple[str, str]:
+    """What ``pod`` says under each of ``_ASK_KEYS``, stripped (``""``: nothing)."""
+    required, preferred = (
+        (labels.lookup(key, pod.labels, pod.annotations) or "").strip() for key in _ASK_KEYS
+    )
+    return required, preferred
+
+
 def pod_ask(pod: Pod) -> Ask | None:
     """``ask_of([pod])``'s ask (one pod never contradicts itself): its
     ``topology-required`` level, else its ``topology-preferred`` one, else ``None``."""
-    for key in (labels.TOPOLOGY_REQUIRED, labels.TOPOLOGY_PREFERRED):
-        value = labels.lookup(key, pod.labels, pod.annotations)
-        if value and value.strip():
-            return Ask(value.strip(), key == labels.TOPOLOGY_REQUIRED)
-    return None
+    required, preferred = _stated(pod)
+    if required:
+        return Ask(required, True)
+    return Ask(preferred, False) if preferred else None
 
 
 def ask_of(pods: Iterable[Pod]) -> tuple[Ask | None, str]:
@@ -294,13 +305,12 @@ def ask_of(pods: Iterable[Pod]) -> tuple[Ask | None, str]:
     Members that say nothing go along with those that do; ``topology-required`` outranks
     ``topology-preferred``. ``(None, "")``: no ask (the planner's default applies).
     """
-    seen: dict[str, set[str]] = {labels.TOPOLOGY_REQUIRED: set(), labels.TOPOLOGY_PREFERRED: set()}
+    seen: tuple[set[str], set[str]] = (set(), set())
     for pod in pods:
-        for key, found in seen.items():
-            value = labels.lookup(key, pod.labels, pod.annotations)
-            if value and value.strip():
-                found.add(value.strip())
-    for key, found in seen.items():
+        for found, value in zip(seen, _stated(pod), strict=True):
+            if value:
+                found.add(value)
+    for key, found in zip(_ASK_KEYS, seen, strict=True):
         if len(found) > 1:
             return None, f"members disagree on {key} ({', '.join(sorted(found))})"
         if found:
