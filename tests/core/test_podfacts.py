@@ -12,8 +12,10 @@ from app.core.gpu import ask as ask_module
 from app.core.gpu.ask import GpuAsk
 from app.core.model import gang as gang_module
 from app.core.model.gang import gang_spec
+from app.core.model import podfacts
 from app.core.model.podfacts import PodFact
 from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
 from tests.factories import pod
 
 
@@ -70,3 +72,45 @@ def test_more_pods_than_the_old_bound_are_derived_once(
         for p in pods:
             assert gang_spec(p) is not None and GpuAsk.of(p).count == 1
     assert calls == len(pods)
+
+
+def test_of_each_mixes_remembered_and_new_objects() -> None:
+    """The list-level path answers when every pod is remembered for that very object; any
+    other pod (new, or a newer version of a remembered uid) is derived where it stands."""
+    derived: list[str] = []
+    fact: PodFact[str] = PodFact(lambda p: derived.append(p.name) or p.name.upper())
+    a, b = pod("a", uid="ua"), pod("b", uid="ub")
+    assert fact.of_each([a, b]) == ["A", "B"]
+    assert fact.of_each([a, b]) == ["A", "B"] and derived == ["a", "b"]
+    newer = replace(b, name="b2")
+    assert fact.of_each([a, newer, pod("c", uid="uc")]) == ["A", "B2", "C"]
+    assert derived == ["a", "b", "b2", "c"]
+
+
+def test_the_cache_derives_ahead_facts_of_the_pods_it_stores() -> None:
+    """Facts made ``ahead`` hold each stored pod object as soon as the cache stores it (so a
+    cycle finds them remembered); others are left for whoever asks; a fact that fails on a
+    pod is skipped there, and the pod is still stored."""
+    ahead: PodFact[str] = PodFact(lambda p: p.name, ahead=True)
+    later: PodFact[str] = PodFact(lambda p: p.name)
+
+    def fails(p: Pod) -> str:
+        raise ValueError(p.name)
+
+    failing: PodFact[str] = PodFact(fails, ahead=True)
+    try:
+        cache = ClusterCache()
+        one = pod("one", uid="u-one", labels={"muster.io/pod-group": "g"})
+        cache.upsert_pod(one)
+        cache.upsert_pods([pod("two", uid="u-two"), pod("three", uid="u-three")])
+        cache.replace_pods([one, pod("four", uid="u-four")])
+        for uid in ("u-one", "u-four"):
+            stored = cache.pod(uid)
+            hit = ahead.lookup()(uid)
+            assert stored is not None and hit is not None and hit[0] is stored
+        assert later.lookup()("u-one") is None and failing.lookup()("u-one") is None
+        with pytest.raises(ValueError, match="one"):
+            failing.of(one)
+    finally:
+        podfacts._AHEAD.remove(ahead)
+        podfacts._AHEAD.remove(failing)

@@ -14,7 +14,7 @@ from app.core.cycle import planner as planner_module
 from app.core.cycle.planner import Planner
 from app.core.cycle.plans import Plan, Reason, Why
 from app.core.cycle.session import Session, SessionClosed
-from app.core.gpu.ask import GpuOvercommit
+from app.core.gpu.ask import GpuAsk, GpuOvercommit
 from app.core.model.labels import GPU_IDS
 from app.core.model.status import Code
 from app.core.model.values import Pod
@@ -387,3 +387,75 @@ def test_a_member_completing_its_gang_mid_cycle_is_not_told_the_outdated_count()
         told = planner.verdict(b)
         assert told.reason == f"gang default/g: {planner_module.BUSY}", told.reason
     assert planner.verdict(b).node == "n0"
+
+
+def _alike_case(
+    case: str, pods: list[Pod]
+) -> tuple[ClusterCache, list[tuple[str, dict[str, str], dict[str, tuple[int, ...]]]]]:
+    gpu = pods[0].requests.gpu // 1000
+    cache = cache_with(*pods, pod("other", uid="other", gpu=1), nodes=3)
+    runs = []
+    for k in range(3):
+        a, b = pods[2 * k], pods[2 * k + 1]
+        devices = {a.uid: (k,), b.uid: (7 - k,)} if gpu == 1 else {}
+        if gpu == 2:
+            devices = {a.uid: (2 * k, 2 * k + 1), b.uid: (2 * k, 2 * k + 1)}
+        if case == "one device twice" and k == 2:
+            devices[b.uid] = (6,)  # g1's second member's device on n1 too
+        runs.append((f"default/g{k}", {a.uid: "n0", b.uid: "n1" if k else "n2"}, devices))
+    if case == "reserved in the cache":
+        earlier = Session(cache, {})
+        earlier.reserve("default/g1", {pods[2].uid: "n2"}, {pods[2].uid: (5,)})
+        assert earlier.commit().refused == {}
+    return cache, runs
+
+
+def _prepare(session: Session, case: str, pods: list[Pod]) -> None:
+    if case == "reserved in this session":
+        session.reserve("default/g0", {pods[0].uid: "n1"}, {pods[0].uid: (6,)})
+    if case == "released in this session":
+        session.reserve("", {"other": "n2"}, {"other": (0,)})
+        session.release(["other"])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "whole GPUs",
+        "no GPU",
+        "two GPUs each",
+        "reserved in this session",
+        "reserved in the cache",
+        "released in this session",
+        "one device twice",
+    ],
+)
+def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -> None:
+    """``reserve_alike`` (list-level steps for runs of alike gangs) leaves the session as
+    ``reserve_all`` does: views, reservations, the statement and the committed cache; where
+    its usual case does not hold it hands the work to ``reserve_all``."""
+    gpu = {"two GPUs each": 2, "no GPU": 0}.get(case, 1)
+    pods = [member(f"g{k}", i, gpu=gpu, minimum=2) for k in range(3) for i in range(2)]
+    outcomes: list[object] = []
+    for alike in (True, False):
+        cache, runs = _alike_case(case, pods)
+        session = Session(cache, {})
+        _prepare(session, case, pods)
+        requests, ask = pods[0].requests, GpuAsk.of(pods[0])
+        try:
+            if alike:
+                session.reserve_alike(runs, requests, ask)
+            else:
+                session.reserve_all(runs)
+        except GpuOvercommit as error:
+            outcomes.append(("overcommit", str(error)))
+            continue
+        view = session.view()
+        state = (view.used.tolist(), view.gpu_free.tolist(), dict(session._reserved),
+                 sorted(session._released), session.version, session.statement.ops)  # fmt: skip
+        applied = session.commit()
+        held = {p.uid: cache.devices_of(p.uid) for p in pods}
+        outcomes.append((state, applied.refused, held, cache.view().used.tolist()))
+    assert outcomes[0] == outcomes[1]
+    if case == "one device twice":
+        assert outcomes[0][0] == "overcommit"

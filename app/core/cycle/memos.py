@@ -247,7 +247,7 @@ class QueueNames:
 
 
 #: ``queue_key`` of a pod known to be a gang member, per pod object.
-_MEMBER_KEYS: PodFact[QueueKey] = PodFact(lambda pod: queue_key(pod, True))
+_MEMBER_KEYS: PodFact[QueueKey] = PodFact(lambda pod: queue_key(pod, True), ahead=True)
 
 
 def signature(pod: Pod) -> tuple[object, ...]:

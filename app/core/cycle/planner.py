@@ -1076,7 +1076,7 @@ class Planner:
             self._reasons.pop(key, None)
             done.append(key)
         if taken:
-            session.reserve_all(taken)
+            session.reserve_alike(taken, core[0].requests, gpu)
         full = len(done) == whole
         if full:
             # The domain takes no more gangs of this shape: the next one would try it first
@@ -1438,7 +1438,7 @@ _MAX_KINDS = 4096
 
 
 #: ``_member_shape`` per pod object.
-_SHAPES = PodFact(_member_shape)
+_SHAPES = PodFact(_member_shape, ahead=True)
 
 
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from itertools import chain, repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -22,6 +24,8 @@ from app.core.gpu.ledger import device_count
 from app.core.model.values import Pod, Resources
 from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
+
+_FIRST = itemgetter(0)
 
 
 class SessionClosed(RuntimeError):
@@ -190,6 +194,57 @@ class Session:
         self._changed()
         self.version += len(reservations) - 1  # one per decision, as one by one
 
+    def reserve_alike(
+        self,
+        reservations: Sequence[tuple[str, Mapping[str, str], Mapping[str, tuple[int, ...]]]],
+        requests: Resources,
+        ask: GpuAsk,
+    ) -> None:
+        """``reserve_all`` of ``reservations`` whose pods all have ``requests`` and GPU ask
+        ``ask`` (the caller's word: gangs of alike members), with whole-list steps instead of
+        a Python step per pod when the usual case holds: each pod asks one whole GPU with one
+        planned device, or none with none, and no pod named holds a node or room yet (in the
+        cache or this session). Anything else is ``reserve_all``'s, with the same outcome."""
+        self._check_open()
+        uids = list(chain.from_iterable(p.keys() for _, p, _ in reservations))
+        whole = ask.count == 1 and ask.milli == MILLI
+        snapshot = self.snapshot
+        if (
+            not (whole or ask.count == 0)
+            or not uids
+            or len(set(uids)) != len(uids)
+            or not snapshot.placement.keys().isdisjoint(uids)  # bound, binding or reserved
+            or not snapshot.assumed.isdisjoint(uids)
+            or not self._reserved.keys().isdisjoint(uids)
+            or any((p.keys() != d.keys()) if whole else bool(d) for _, p, d in reservations)
+        ):
+            self.reserve_all(reservations)
+            return
+        names = list(chain.from_iterable(p.values() for _, p, _ in reservations))
+        index = self._base_free.index
+        at = np.fromiter(map(index.__getitem__, names), np.int64, len(names))
+        if whole:
+            chosen = list(chain.from_iterable(map(d.__getitem__, p) for _, p, d in reservations))
+            if list(map(len, chosen)).count(1) != len(chosen):
+                self.reserve_all(reservations)  # (not one device each: it says what then)
+                return
+            self._take_whole(at, np.fromiter(map(_FIRST, chosen), np.int64, len(chosen)))
+            self._reserved.update(zip(uids, zip(names, chosen, strict=True), strict=True))
+        else:
+            self._reserved.update(zip(uids, zip(names, repeat(())), strict=True))
+        if self._released:
+            self._released.difference_update(uids)
+        used = self._writable()[0]
+        many = np.bincount(at, minlength=len(used))
+        rows = np.flatnonzero(many)
+        used[rows] += many[rows, None] * vector(requests)
+        self.statement.ops.extend(
+            Reserve(gang, dict(placements), dict(devices), False)
+            for gang, placements, devices in reservations
+        )
+        self._changed()
+        self.version += len(reservations) - 1  # one per decision, as one by one
+
     def release(self, uids: Iterable[str]) -> None:
         """Give back the room reserved for ``uids`` (pods bound or binding keep their node)."""
         self._check_open()
@@ -268,22 +323,23 @@ class Session:
                 ask = held.ask
             give(gpu_free[row, :count], ask, devices)
 
-    def _take_whole(self, rows: list[int], devices: list[int]) -> None:
+    def _take_whole(self, rows: list[int] | np.ndarray, devices: list[int] | np.ndarray) -> None:
         """Take whole device ``devices[k]`` of node row ``rows[k]`` for each ``k``: distinct
         existing devices, each fully free; ``GpuOvercommit`` (nothing taken) otherwise."""
         free = self._writable()[1]
         at = np.asarray(rows, dtype=np.int64)
         on = np.asarray(devices, dtype=np.int64)
         cells = at * free.shape[1] + on
+        ordered = np.sort(cells)
         # A device past a node's own count is a cell of the matrix's padding, which shows
         # nothing free (``DeviceLedger``): checking the width and the free milli suffices.
         if (
             (on < 0).any()
             or (on >= free.shape[1]).any()
-            or len(np.unique(cells)) != len(cells)
+            or (ordered[1:] == ordered[:-1]).any()
             or (free.flat[cells] != MILLI).any()
         ):
-            picks = list(zip(rows, devices, strict=True))[:8]
+            picks = list(zip(at.tolist(), on.tolist(), strict=True))[:8]
             raise GpuOvercommit(f"whole GPUs (node row, device) not all free: {picks}")
         free.flat[cells] = 0
 

@@ -176,7 +176,7 @@ def _shared_ask(pod: Pod) -> GpuAsk:
 
 
 #: ``GpuAsk.of``, remembered per pod object.
-_ASKS: PodFact[GpuAsk] = PodFact(_shared_ask)
+_ASKS: PodFact[GpuAsk] = PodFact(_shared_ask, ahead=True)
 
 
 @dataclass(frozen=True, slots=True)

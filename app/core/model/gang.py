@@ -351,5 +351,5 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
 
 
 #: ``gang_spec`` and ``explicit_queue``, remembered per pod object.
-_SPECS: PodFact[GangSpec | None] = PodFact(_shared_spec)
-_QUEUES: PodFact[tuple[str, str] | None] = PodFact(_explicit_queue)
+_SPECS: PodFact[GangSpec | None] = PodFact(_shared_spec, ahead=True)
+_QUEUES: PodFact[tuple[str, str] | None] = PodFact(_explicit_queue, ahead=True)

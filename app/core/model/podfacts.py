@@ -10,8 +10,8 @@ deleted ones until it starts over past ``LIMIT``) whatever the cluster's churn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
 
 from app.core.model.values import Pod
 
@@ -27,9 +27,13 @@ class PodFact(Generic[T]):
     #: Entries kept at most; past it the memo starts over (uids of gone pods pile up).
     LIMIT = 1 << 17
 
-    def __init__(self, derive: Callable[[Pod], T]) -> None:
+    def __init__(self, derive: Callable[[Pod], T], *, ahead: bool = False) -> None:
+        """``ahead``: derived for every pod as the cache stores it (``derive_ahead``), for the
+        facts every cycle reads of every pending pod."""
         self._derive = derive
         self._kept: dict[str, tuple[Pod, T]] = {}
+        if ahead:
+            _AHEAD.append(self)
 
     def of(self, pod: Pod) -> T:
         """``derive(pod)``, from the memo when ``pod`` is the object it was derived from."""
@@ -55,3 +59,19 @@ class PodFact(Generic[T]):
             hit = kept.get(pod.uid)
             out.append(hit[1] if hit is not None and hit[0] is pod else self.of(pod))
         return out
+
+
+#: The facts made with ``ahead`` (module-level ones, made once at import).
+_AHEAD: list[PodFact[Any]] = []
+
+
+def derive_ahead(pods: Sequence[Pod]) -> None:
+    """Derive the ``ahead`` facts of ``pods`` now: as the cache stores them, off the planner's
+    cycle (kube-scheduler likewise reads a pod's affinity terms once, as the pod enters its
+    queue). A cycle then finds each new pod's facts remembered; without this call it derives
+    them itself, to the same values."""
+    for fact in _AHEAD:
+        try:
+            fact.of_each(pods)
+        except Exception:  # noqa: BLE001 - the cycle derives it again and meets the error there
+            continue

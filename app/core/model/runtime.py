@@ -49,7 +49,7 @@ def _declared_runtime(pod: Pod) -> float | None:
     return parse_duration(raw) if raw else None
 
 
-_DECLARED: PodFact[float | None] = PodFact(_declared_runtime)
+_DECLARED: PodFact[float | None] = PodFact(_declared_runtime, ahead=True)
 
 
 def expected_end(pod: Pod, started: float, default_runtime: float) -> float:

@@ -36,7 +36,7 @@ def _own(pod: Pod) -> float | None:
 
 
 #: Each pod's own ``muster.io/min-runtime``, read once per pod object.
-_OWN: PodFact[float | None] = PodFact(_own)
+_OWN: PodFact[float | None] = PodFact(_own, ahead=True)
 
 
 class MinRuntime:

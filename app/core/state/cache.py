@@ -32,6 +32,7 @@ from app.core.model.errors import BindRejected
 from app.core.model.gang import explicit_queue, gang_spec
 from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
 from app.core.model.labels import OWN_NOTES
+from app.core.model.podfacts import derive_ahead
 from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
@@ -486,9 +487,16 @@ class ClusterCache:
     """Thread-safe store of nodes and pods with assume/confirm/forget for binds in flight."""
 
     def __init__(
-        self, *, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        assume_ttl: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        ahead: Callable[[Sequence[Pod]], None] = derive_ahead,
     ) -> None:
+        """``ahead``: what to derive of the pods the cache stores, after storing them and
+        outside the lock (``derive_ahead``: the facts every cycle reads)."""
         self._lock = WaitedLock()
+        self._ahead = ahead
         self._clock = clock
         self._assume_ttl = assume_ttl
         self._nodes: list[Node] = []
@@ -640,13 +648,14 @@ class ClusterCache:
         counting against its node.
         """
         with self._lock:
-            self._upsert_pod(pod)
+            stored = self._upsert_pod(pod)
+        self._ahead((stored,))
 
     def upsert_pods(self, pods: Iterable[Pod]) -> None:
         """``upsert_pod`` for many pods under one lock."""
         with self._lock:
-            for pod in pods:
-                self._upsert_pod(pod)
+            stored = list(map(self._upsert_pod, pods))
+        self._ahead(stored)
 
     def learn_pod(self, pod: Pod) -> Pod | None:
         """Record a pod seen in an extender call unless the cache already knows it better.
@@ -675,15 +684,16 @@ class ClusterCache:
             wanted = {p.uid for p in pods}
             for uid in [u for u in self._pods if u not in wanted and u not in self._assumed]:
                 self._delete_pod(uid)
-            for pod in pods:
-                self._upsert_pod(pod)
+            stored = list(map(self._upsert_pod, pods))
+        self._ahead(stored)
 
     def delete_pod(self, uid: str) -> None:
         """Forget a pod and give its resources back."""
         with self._lock:
             self._delete_pod(uid)
 
-    def _upsert_pod(self, pod: Pod) -> None:
+    def _upsert_pod(self, pod: Pod) -> Pod:
+        """Store ``pod``; returns the object stored (with its group attached)."""
         old = self._pods.get(pod.uid)
         counted = self._counted(pod.uid)
         if old is not None and old.node_name and not pod.node_name:
@@ -752,6 +762,7 @@ class ClusterCache:
         self._bump(nodes=not usage_same, placed=placed, uids=(pod.uid,), quiet=quiet)
         if where_before and not target:
             self._freed_generation = self._generation
+        return pod
 
     def _counted(self, uid: str) -> bool:
         """Whether pod ``uid`` is placed, assumed or reserved (see ``placed_generation``)."""

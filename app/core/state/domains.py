@@ -141,7 +141,7 @@ class Tree:
         parent = np.zeros(rows, dtype=np.int64)
         for level, column in enumerate(columns):
             values: list[str | None]
-            if all(v is None for v in column):
+            if is_none(column).all():
                 ids, values = parent.copy(), [None] * (int(parent.max()) + 1 if rows else 0)
             else:
                 ids, values = _domain_ids(parent, column)
@@ -239,9 +239,13 @@ def _domain_ids(parent: np.ndarray, column: np.ndarray) -> tuple[np.ndarray, lis
     present = np.flatnonzero(~is_none(column))
     key = -1 - np.arange(rows, dtype=np.int64)  # alone, unless it has the label
     if len(present):
-        text = np.array([str(v) for v in column[present]], dtype=object)
-        names, code = np.unique(text, return_inverse=True)
-        key[present] = parent[present] * len(names) + code.reshape(-1)
+        # Each distinct value's code in order of first sight (numbers, not sorted strings:
+        # only equality matters, domains are numbered by first row below).
+        seen: dict[str, int] = {}
+        code = np.fromiter(
+            (seen.setdefault(str(v), len(seen)) for v in column[present]), np.int64, len(present)
+        )
+        key[present] = parent[present] * len(seen) + code
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     by_first = np.argsort(first, kind="stable")
     number = np.empty(len(first), dtype=np.int64)
