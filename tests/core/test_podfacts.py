@@ -11,8 +11,8 @@ import pytest
 from app.core.gpu import ask as ask_module
 from app.core.gpu.ask import GpuAsk
 from app.core.model import gang as gang_module
-from app.core.model.gang import gang_spec
 from app.core.model import podfacts
+from app.core.model.gang import gang_spec
 from app.core.model.podfacts import PodFact
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache

@@ -402,7 +402,10 @@ def _alike_case(
             devices = {a.uid: (2 * k, 2 * k + 1), b.uid: (2 * k, 2 * k + 1)}
         if case == "one device twice" and k == 2:
             devices[b.uid] = (6,)  # g1's second member's device on n1 too
-        runs.append((f"default/g{k}", {a.uid: "n0", b.uid: "n1" if k else "n2"}, devices))
+        placements = {a.uid: "n0", b.uid: "n1" if k else "n2"}
+        if case == "a pod the cache does not know" and k == 1:
+            placements["ghost"], devices["ghost"] = "n2", (3,)
+        runs.append((f"default/g{k}", placements, devices))
     if case == "reserved in the cache":
         earlier = Session(cache, {})
         earlier.reserve("default/g1", {pods[2].uid: "n2"}, {pods[2].uid: (5,)})
@@ -428,6 +431,7 @@ def _prepare(session: Session, case: str, pods: list[Pod]) -> None:
         "reserved in the cache",
         "released in this session",
         "one device twice",
+        "a pod the cache does not know",
     ],
 )
 def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -> None:
@@ -447,8 +451,8 @@ def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -
                 session.reserve_alike(runs, requests, ask)
             else:
                 session.reserve_all(runs)
-        except GpuOvercommit as error:
-            outcomes.append(("overcommit", str(error)))
+        except (GpuOvercommit, KeyError) as error:
+            outcomes.append((type(error).__name__, str(error)))
             continue
         view = session.view()
         state = (view.used.tolist(), view.gpu_free.tolist(), dict(session._reserved),
@@ -458,4 +462,6 @@ def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -
         outcomes.append((state, applied.refused, held, cache.view().used.tolist()))
     assert outcomes[0] == outcomes[1]
     if case == "one device twice":
-        assert outcomes[0][0] == "overcommit"
+        assert outcomes[0][0] == "GpuOvercommit"
+    if case == "a pod the cache does not know":
+        assert outcomes[0] == ("KeyError", "'ghost'")

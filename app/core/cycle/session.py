@@ -213,6 +213,7 @@ class Session:
             not (whole or ask.count == 0)
             or not uids
             or len(set(uids)) != len(uids)
+            or not all(map(snapshot.pods.__contains__, uids))
             or not snapshot.placement.keys().isdisjoint(uids)  # bound, binding or reserved
             or not snapshot.assumed.isdisjoint(uids)
             or not self._reserved.keys().isdisjoint(uids)
