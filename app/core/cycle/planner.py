@@ -59,6 +59,7 @@ from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_p
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
+from app.core.model.interned import Interned
 from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
@@ -1426,15 +1427,11 @@ def _member_shape(pod: Pod) -> _Shape:
     """What makes members alike for ``_alike_core`` (their topology ask as ``ask_of`` of the
     pod alone: members with the same one have it as their gang's ask). Equal shapes are one
     object (``_KINDS``), so comparing alike members' shapes compares no fields."""
-    shape = pod.requests, constraint_of(pod), GpuAsk.of(pod), (pod_ask(pod), "")
-    if len(_KINDS) >= _MAX_KINDS:
-        _KINDS.clear()
-    return _KINDS.setdefault(shape, shape)
+    return _KINDS((pod.requests, constraint_of(pod), GpuAsk.of(pod), (pod_ask(pod), "")))
 
 
-#: Every distinct ``_member_shape``, to hand out one object per shape; at most ``_MAX_KINDS``.
-_KINDS: dict[_Shape, _Shape] = {}
-_MAX_KINDS = 4096
+#: Every distinct ``_member_shape``, one object per shape.
+_KINDS: Interned[_Shape] = Interned(4096)
 
 
 #: ``_member_shape`` per pod object.

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
 from app.core.model.values import GPU_PRODUCT_LABEL, Pod
 
@@ -162,17 +163,12 @@ def asks_known() -> Callable[[str], tuple[Pod, GpuAsk] | None]:
     return _ASKS.lookup()
 
 
-#: Every distinct ask ``GpuAsk.of`` made, to hand out one object per value; at most
-#: ``_MAX_SAME`` (past it, it starts over).
-_SAME: dict[GpuAsk, GpuAsk] = {}
-_MAX_SAME = 16384
+#: Every distinct ask ``GpuAsk.of`` made, one object per value (comparing them is quick).
+_SAME: Interned[GpuAsk] = Interned(16384)
 
 
 def _shared_ask(pod: Pod) -> GpuAsk:
-    ask = GpuAsk._of(pod)
-    if len(_SAME) >= _MAX_SAME:
-        _SAME.clear()
-    return _SAME.setdefault(ask, ask)  # equal asks one object: comparing them is quick
+    return _SAME(GpuAsk._of(pod))
 
 
 #: ``GpuAsk.of``, remembered per pod object.

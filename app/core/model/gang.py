@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from app.core.model import labels
 from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
+from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
 from app.core.model.values import Pod
 
@@ -104,19 +105,13 @@ def gang_spec(pod: Pod) -> GangSpec | None:
     return _SPECS.of(pod)
 
 
-#: Every distinct ``GangSpec`` made, to hand out one object per value; at most
-#: ``_MAX_DISTINCT`` (past it, it starts over).
-_DISTINCT: dict[GangSpec, GangSpec] = {}
-_MAX_DISTINCT = 16384
+#: Every distinct ``GangSpec`` made, one object per value.
+_DISTINCT: Interned[GangSpec] = Interned(16384)
 
 
 def _shared_spec(pod: Pod) -> GangSpec | None:
     spec = _gang_spec(pod)
-    if spec is None:
-        return None
-    if len(_DISTINCT) >= _MAX_DISTINCT:
-        _DISTINCT.clear()
-    return _DISTINCT.setdefault(spec, spec)
+    return None if spec is None else _DISTINCT(spec)
 
 
 def _gang_spec(pod: Pod) -> GangSpec | None:
