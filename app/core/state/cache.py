@@ -570,10 +570,11 @@ class ClusterCache:
         nodes = list(nodes)
         with self._lock:
             wanted = {n.name for n in nodes}
+            if self._gone_nodes:  # (a relist's word on a name brings a deleted node back)
+                for name in wanted:
+                    self._gone_nodes.discard(name)
             for name in [n.name for n in self._nodes if n.name not in wanted]:
                 self._delete_node(name)
-            for name in wanted:
-                self._gone_nodes.discard(name)
             self._upsert_nodes(nodes)
 
     def delete_node(self, name: str) -> None:
