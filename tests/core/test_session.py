@@ -432,6 +432,7 @@ def _prepare(session: Session, case: str, pods: list[Pod]) -> None:
         "released in this session",
         "one device twice",
         "a pod the cache does not know",
+        "one pod of other requests",
     ],
 )
 def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -> None:
@@ -440,6 +441,8 @@ def test_reserving_alike_gangs_at_once_is_reserving_them_one_by_one(case: str) -
     its usual case does not hold it hands the work to ``reserve_all``."""
     gpu = {"two GPUs each": 2, "no GPU": 0}.get(case, 1)
     pods = [member(f"g{k}", i, gpu=gpu, minimum=2) for k in range(3) for i in range(2)]
+    if case == "one pod of other requests":
+        pods[3] = member("g1", 1, gpu=gpu, minimum=2, cpu="200m")
     outcomes: list[object] = []
     for alike in (True, False):
         cache, runs = _alike_case(case, pods)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import chain, repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vec
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
 
 _FIRST = itemgetter(0)
+_REQUESTS = attrgetter("requests")
 
 
 class SessionClosed(RuntimeError):
@@ -200,11 +201,12 @@ class Session:
         requests: Resources,
         ask: GpuAsk,
     ) -> None:
-        """``reserve_all`` of ``reservations`` whose pods all have ``requests`` and GPU ask
-        ``ask`` (the caller's word: gangs of alike members), with whole-list steps instead of
-        a Python step per pod when the usual case holds: each pod asks one whole GPU with one
-        planned device, or none with none, and no pod named holds a node or room yet (in the
-        cache or this session). Anything else is ``reserve_all``'s, with the same outcome."""
+        """``reserve_all`` of ``reservations`` whose pods all have GPU ask ``ask`` (the caller's
+        word: gangs of alike members) and ``requests`` (checked), with whole-list steps instead
+        of a Python step per pod when the usual case holds: each pod asks one whole GPU with
+        one planned device, or none with none, and no pod named holds a node or room yet (in
+        the cache or this session). Anything else is ``reserve_all``'s, with the same outcome
+        (the commit checks every pod's own ask again, as for any reservation)."""
         self._check_open()
         uids = list(chain.from_iterable(p.keys() for _, p, _ in reservations))
         whole = ask.count == 1 and ask.milli == MILLI
@@ -214,6 +216,8 @@ class Session:
             or not uids
             or len(set(uids)) != len(uids)
             or not all(map(snapshot.pods.__contains__, uids))
+            or list(map(_REQUESTS, map(snapshot.pods.__getitem__, uids))).count(requests)
+            != len(uids)
             or not snapshot.placement.keys().isdisjoint(uids)  # bound, binding or reserved
             or not snapshot.assumed.isdisjoint(uids)
             or not self._reserved.keys().isdisjoint(uids)
