@@ -30,12 +30,17 @@ def test_a_newer_version_takes_the_older_ones_entry() -> None:
     assert len(fact._kept) == 1 and derived == ["a", "a", "a"]
 
 
-def test_the_memo_starts_over_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PodFact, "LIMIT", 3)
-    fact: PodFact[str] = PodFact(lambda p: p.uid)
+def test_past_its_limit_the_memo_keeps_the_newer_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``LIMIT`` the uids derived longest ago go, half of them; a newer version of a pod
+    counts as derived when it is (so a pod that keeps changing stays)."""
+    monkeypatch.setattr(PodFact, "LIMIT", 4)
+    fact: PodFact[str] = PodFact(lambda p: p.name)
     pods = [pod(f"p{i}", uid=f"u{i}") for i in range(4)]
-    assert fact.of_each(pods) == ["u0", "u1", "u2", "u3"]
-    assert len(fact._kept) == 1  # started over at the fourth
+    assert fact.of_each(pods) == ["p0", "p1", "p2", "p3"]
+    fact.of(replace(pods[0], name="p0-new"))  # u0 is the newest now
+    assert list(fact._kept) == ["u1", "u2", "u3", "u0"]
+    fact.of(pod("p4", uid="u4"))
+    assert list(fact._kept) == ["u3", "u0", "u4"]
 
 
 def test_a_lookup_hit_answers_for_that_very_object_only() -> None:

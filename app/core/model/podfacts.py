@@ -5,7 +5,7 @@ A cycle asks for every member's gang, queue and GPU ask several times (grouping,
 reserving, committing), and explain and what-if read facts of every running pod after each
 cache change: with this, each is a lookup instead of a parse. Keyed by uid, a pod's newer
 version takes its older one's entry, so the memo holds one object per pod (live ones, and
-deleted ones until it starts over past ``LIMIT``) whatever the cluster's churn.
+deleted ones until past ``LIMIT`` the older half goes) whatever the cluster's churn.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class PodFact(Generic[T]):
     Explain and what-if read it for every running pod after each cache change; this makes
     that pass a lookup instead of a parse."""
 
-    #: Entries kept at most; past it the memo starts over (uids of gone pods pile up).
+    #: Entries kept at most; past it the older half goes (uids of gone pods pile up).
     LIMIT = 1 << 17
 
     def __init__(self, derive: Callable[[Pod], T], *, ahead: bool = False) -> None:
@@ -41,9 +41,15 @@ class PodFact(Generic[T]):
         if hit is not None and hit[0] is pod:
             return hit[1]
         value = self._derive(pod)
-        if len(self._kept) >= self.LIMIT:
-            self._kept = {}
-        self._kept[pod.uid] = (pod, value)
+        kept = self._kept
+        # A newer version of a known pod counts as derived now (the newest entry); past
+        # ``LIMIT`` the older half goes (uids derived longest ago: mostly deleted pods), not
+        # all: a cluster of more pods than that derives only those again, not every pod at
+        # once. (``list`` of a dict's items is one step other threads cannot interleave.)
+        if kept.pop(pod.uid, None) is None and len(kept) >= self.LIMIT:
+            entries = list(kept.items())
+            self._kept = kept = dict(entries[len(entries) // 2 :])
+        kept[pod.uid] = (pod, value)
         return value
 
     def lookup(self) -> Callable[[str], tuple[Pod, T] | None]:
