@@ -164,7 +164,7 @@ def test_runs_of_alike_gangs_plan_as_the_straightforward_path(
         ]
     repeated: list[object] = []
     again = allocate_in_domain._in_domain
-    batched = planner.fill_domain
+    batched = allocate_in_domain.fill_domain
 
     def counted(*args: Any) -> Any:
         repeated.append(args[3:5])
@@ -176,7 +176,7 @@ def test_runs_of_alike_gangs_plan_as_the_straightforward_path(
 
     with monkeypatch.context() as patched:
         patched.setattr(allocate_in_domain, "_in_domain", counted)
-        patched.setattr(planner, "fill_domain", counted_run)
+        patched.setattr(allocate_in_domain, "fill_domain", counted_run)
         fast = plans(nodes, pods)
     with monkeypatch.context() as patched:
         straightforward(patched)

@@ -7,6 +7,7 @@ label off. The parts of the path map onto the topology keys in order (the defaul
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -393,7 +394,6 @@ def test_tree_padded_is_none_for_very_unequal_domains() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_kept_bounds_at_once_match_domain_by_domain(seed: int) -> None:
-    import random
 
     from app.core.actions import allocate_in_domain as aid
 
@@ -540,7 +540,6 @@ def test_blocks_alike_are_placed_in_once(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_demand_memo_places_as_computing_afresh(seed: int) -> None:
     """Gang after gang reserved in one session: placing with the memo (free-room sums brought
     up to date row by row) gives exactly what computing every node afresh gives."""
-    import random
 
     from app.core.actions.allocate_in_domain import DemandMemo, allocate_topology
     from app.core.cycle.session import Session
@@ -578,6 +577,18 @@ def test_demand_memo_places_as_computing_afresh(seed: int) -> None:
             session.reserve(f"ml/g{g}", with_memo.placed, with_memo.devices)
 
 
+def random_blocks(rng: random.Random) -> list[Box]:
+    """6–16 blocks of 4, 8 or 16 nodes under two spines: (name, topology path, GPUs, GPUs
+    already used); nodes of 8 GPUs mostly, of 4 now and then, three in ten partly used."""
+    per_block = rng.choice([4, 8, 16])
+    return [
+        (f"n{b}-{i}", f"z/s{b % 2}/b{b}/n{b}-{i}", rng.choice([8, 8, 8, 4]),
+         rng.choice([0] * 6 + [1, 2, 4]) if rng.random() < 0.3 else 0)
+        for b in range(rng.randint(6, 16))
+        for i in range(per_block)
+    ]  # fmt: skip
+
+
 def next_domain_run(seed: int) -> tuple[int, int]:
     """Gangs of one shape reserved one after another in a session, as runs fill domain after
     domain; each time the domain the last placement went to takes no more of them,
@@ -587,7 +598,6 @@ def next_domain_run(seed: int) -> tuple[int, int]:
     Blocks mix empty twins, partly used ones and nodes of 4 and 8 GPUs; now and then a pod
     on its own takes a GPU anywhere (rows outside the filled domain change). Returns how
     often ``next_domain`` answered and declined."""
-    import random
 
     from app.core.actions.allocate_in_domain import (
         DemandMemo,
@@ -599,13 +609,7 @@ def next_domain_run(seed: int) -> tuple[int, int]:
     from app.core.state.domains import tree_for
 
     rng = random.Random(7000 + seed)
-    per_block = rng.choice([4, 8, 16])
-    boxes = [
-        (f"n{b}-{i}", f"z/s{b % 2}/b{b}/n{b}-{i}", rng.choice([8, 8, 8, 4]),
-         rng.choice([0] * 6 + [1, 2, 4]) if rng.random() < 0.3 else 0)
-        for b in range(rng.randint(6, 16))
-        for i in range(per_block)
-    ]  # fmt: skip
+    boxes = random_blocks(rng)
     cluster = Cluster(nodes_of(boxes), planner_options={"topology_keys": DEFAULT_KEYS})
     cluster.cache.upsert_pods(
         pod(f"busy-{name}", gpu=used, node=name) for name, _, _, used in boxes if used
@@ -722,3 +726,81 @@ def test_one_pods_ask_alone_is_its_ask_as_a_gang_of_one(
 ) -> None:
     member = pod("m", gpu=1, labels=labels, annotations=annotations)
     assert (pod_ask(member), "") == ask_of([member])
+
+
+def domain_fills_run(seed: int) -> int:
+    """``DomainFills.fill`` against ``fill_domain`` on a session's view as gangs are reserved
+    domain after domain: blocks mix empty twins, partly used ones and nodes of 4 and 8 GPUs;
+    limits shrink and grow; now and then a pod on its own takes a GPU anywhere. Returns how
+    many fills the memo answered without filling."""
+
+    from app.core.actions import allocate_in_domain
+    from app.core.actions.allocate_in_domain import DomainFills, fill_domain
+    from app.core.cycle.session import Session
+    from app.core.state.domains import tree_for
+
+    rng = random.Random(9100 + seed)
+    boxes = random_blocks(rng)
+    cluster = cluster_of(boxes)
+    size, gpu = rng.choice([(10, 1), (3, 2), (5, 1), (2, 4), (12, 1)])
+    members = gang(size, gpu, {})
+    cluster.cache.upsert_pods(members)
+    solos = [pod(f"solo-{k}", gpu=1) for k in range(12)]
+    cluster.cache.upsert_pods(solos)
+    session = Session(cluster.cache, {})
+    tree = tree_for(session.view().table, DEFAULT_KEYS)
+    level = tree.level("network.topology.nvidia.com/block")
+    assert level is not None
+    fills, computed = DomainFills("binpack"), []
+    real = allocate_in_domain.fill_domain
+
+    def counted(*args: object) -> list[tuple[int, int]]:
+        computed.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    allocate_in_domain.fill_domain = counted  # type: ignore[assignment]
+    asked = 0
+    try:
+        for _ in range(40):
+            view = session.view()
+            index = rng.randrange(len(tree.domains[level]))
+            limit = rng.choice([0, size, 2 * size, 5 * size, 40 * size])
+            expected = fill_domain(view, members[0], tree, level, index, "binpack", limit)
+            assert fills.fill(view, members[0], tree, (level, index), limit) == expected
+            asked += 1
+            taken = expected[: rng.randint(0, len(expected))]
+            for row, count in taken:  # members of a gang stand in for whatever takes the room
+                free = view.gpu_free[row]
+                idle = np.flatnonzero(free == 1000).tolist()
+                picks = [tuple(idle[k * gpu : (k + 1) * gpu]) for k in range(count)]
+                uids = [f"x-{rng.random()}" for _ in picks]
+                for uid in uids:
+                    cluster.cache.upsert_pod(pod(uid, uid=uid, gpu=gpu))
+                session = Session(cluster.cache, {})  # (a new session sees the new pods)
+                session.reserve("", dict.fromkeys(uids, view.nodes[row].name),
+                                dict(zip(uids, picks, strict=True)))  # fmt: skip
+                assert session.commit().refused == {}
+                session = Session(cluster.cache, {})
+                view = session.view()
+            if solos and rng.random() < 0.2:
+                extra, free = solos.pop(), session.view().gpu_free
+                row = rng.choice(np.flatnonzero((free == 1000).any(axis=1)).tolist())
+                device = int(np.flatnonzero(free[row] == 1000)[0])
+                session.reserve("", {extra.uid: session.view().nodes[row].name},
+                                {extra.uid: (device,)})  # fmt: skip
+                assert session.commit().refused == {}
+                session = Session(cluster.cache, {})
+    finally:
+        allocate_in_domain.fill_domain = real
+    return asked - len(computed)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_domain_fills_answer_as_fill_domain(seed: int) -> None:
+    domain_fills_run(seed)
+
+
+def test_domain_fills_answer_from_memory_often() -> None:
+    """The comparison above means something: the memo answers many of those fills itself
+    (twin blocks, a smaller limit on a domain filled before)."""
+    assert sum(domain_fills_run(seed) for seed in range(20)) >= 100

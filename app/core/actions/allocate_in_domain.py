@@ -57,6 +57,9 @@ MAX_TRIES = 16
 
 _GPU, _CPU, _MEMORY = 0, 1, 2
 
+#: Where members go: (node row, how many).
+Places = list[tuple[int, int]]
+
 
 @dataclass(slots=True)
 class TopologyAllocation(Allocation):
@@ -601,10 +604,15 @@ def next_domain(
     first = best[-1] == head[-1] and (count == 1 or order[1][0][0] > head[0])
     memo.last = (level, twin, decides)
     memo.winner = memo.last if first else None
+    # The view differs from the trace's copies in ``changed`` alone: those copies, brought up
+    # to date there, are the new trace's (the old trace is dropped), instead of new copies.
+    used, gpu_free = trace.used, trace.gpu_free
+    used[changed] = view.used[changed]
+    gpu_free[changed] = view.gpu_free[changed]
     memo.trace = SearchTrace(
         key=trace.key,
-        used=view.used.copy(),
-        gpu_free=view.gpu_free.copy(),
+        used=used,
+        gpu_free=gpu_free,
         order=order[:_KEEP],
         count=count,
         kept=kept,
@@ -694,6 +702,55 @@ def reaches(tree: Tree, view: NodeView, ask: Ask | None, total: np.ndarray, leve
         if not (total > tree.largest(at, view.allocatable)).any():
             return False
     return False
+
+
+class DomainFills:
+    """``fill_domain``'s answers, kept by what they read: the domain's rows in order (their
+    allocatable, usage, free GPU devices and whether the members may use them:
+    ``_rows_state``), the members' requests and GPU ask, and the strategy. A packing scorer
+    scores a row by its own allocatable and usage (``Scorer.packs``), so a domain whose rows
+    read, value by value, what another's did is filled the same way, row for row. A cycle
+    fills domain after domain of one level with gangs of one shape, and the untouched
+    domains of a level are mostly alike: each such fill is then a lookup. Kept for one cycle
+    (the planner makes a new one per cycle)."""
+
+    def __init__(self, strategy: str) -> None:
+        self._strategy = strategy
+        self._kept: dict[tuple[object, ...], tuple[int, Places]] = {}
+
+    def fill(self, view: NodeView, pod: Pod, tree: Tree, at: tuple[int, int], limit: int) -> Places:
+        """``fill_domain(view, pod, tree, level, index, strategy, limit)`` of the domain ``at``
+        (``(level, index)``) with the strategy this memo was made for."""
+        level, index = at
+        strategy = self._strategy
+        within = rows_of(tree.mask(level, index))
+        state = _rows_state(view, within, eligible(view, pod))
+        key = (strategy, pod.requests, GpuAsk.of(pod), state)
+        hit = self._kept.get(key)
+        if hit is not None:
+            made, places = hit
+            # A fill of fewer members than ``made`` asked for took every room there: any
+            # limit gets it. Otherwise a smaller limit gets its first ``limit`` members
+            # (``fill_alike``: the first k members go where k alone would).
+            if limit <= made or sum(count for _, count in places) < made:
+                return _first(within, places, limit)
+        out = fill_domain(view, pod, tree, level, index, strategy, limit)
+        position = {row: at for at, row in enumerate(within.tolist())}
+        self._kept[key] = (limit, [(position[row], count) for row, count in out])
+        return out
+
+
+def _first(within: np.ndarray, places: Places, limit: int) -> Places:
+    """The first ``limit`` members of a fill of ``places`` (position in ``within``, count)."""
+    out: list[tuple[int, int]] = []
+    left = limit
+    for at, count in places:
+        if left <= 0:
+            break
+        count = min(count, left)
+        out.append((int(within[at]), count))
+        left -= count
+    return out
 
 
 def fill_domain(

@@ -32,9 +32,9 @@ import numpy as np
 from app.core.actions.allocate import allocate, devices_in_turn, why_unplaced
 from app.core.actions.allocate_in_domain import (
     DemandMemo,
+    DomainFills,
     TopologyAllocation,
     allocate_topology,
-    fill_domain,
     next_domain,
     reaches,
 )
@@ -207,6 +207,7 @@ class Planner:
         self._failed = FailedPlacements()
         self._still = StillBlocked()
         self._demand = DemandMemo()
+        self._fills = DomainFills(self._strategy)
         # The running pods' ending order, kept between the head-of-line holds of cycles.
         self._ending = EndingMemo()
         #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
@@ -864,6 +865,7 @@ class Planner:
         """One cycle's decisions, all taken in ``session`` (``force``: no gang's lack of
         room is carried over from earlier cycles, see ``StillBlocked``)."""
         snapshot = session.snapshot
+        self._fills = DomainFills(self._strategy)
         gangs = gangs_of(snapshot, self._gang_memo)
         self._conflicted = [g for g in gangs.values() if g.conflicts]
         self._seen = dict(Counter(snapshot.gang_members.values()))
@@ -1029,7 +1031,7 @@ class Planner:
         tree = tree_for(view.table, self._topology_keys)
         demand = demand_of(core)
         size = len(core)
-        fill = fill_domain(view, core[0], tree, level, index, self._strategy, len(line) * size)
+        fill = self._fills.fill(view, core[0], tree, domain, len(line) * size)
         whole = sum(count for _, count in fill) // size  # gangs the domain takes
         run: list[tuple[Gang, list[Pod]]] = []
         for gang in line[:whole]:

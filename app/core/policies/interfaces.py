@@ -65,7 +65,9 @@ class Scorer(Protocol):
 
     name: str
     #: Whether a node's score never drops as pods are added to it (packing scorers): then a
-    #: gang's next alike member goes where the last one went while it still fits.
+    #: gang's next alike member goes where the last one went while it still fits. A packing
+    #: scorer scores a node by its own allocatable and usage alone (``DomainFills`` relies on
+    #: it).
     packs: bool
 
     def score(self, view: NodeView, rows: np.ndarray, requests: Resources) -> np.ndarray:
