@@ -149,3 +149,54 @@ def test_only_the_gangs_of_changed_members_are_read_again(
     assert len(asked) == read
     monkeypatch.undo()
     assert patched == gangs_of(snapshot)
+
+
+def _group_member(rng: random.Random, i: int, minimum: str | None) -> Pod:
+    """A member of gang ``a`` (of min-member ``minimum``) mostly; now and then one that ended,
+    is being deleted, names gang ``b``, says another min-member, or names no gang at all."""
+    labels = {"muster.io/pod-group": "a"}
+    if minimum is not None:
+        labels["muster.io/min-member"] = minimum
+    odd = rng.choices(["", "muster.io/pod-group=b", "muster.io/min-member=4", "-"], [87, 5, 5, 3])
+    if odd[0] == "-":
+        labels = {}
+    elif odd[0]:
+        key, value = odd[0].split("=")
+        labels[key] = value
+    made = pod(f"m{i}", gpu=1, labels=labels, created=float(rng.randrange(5)))
+    if rng.random() < 0.05:
+        made = replace(made, phase=rng.choice(["Succeeded", "Failed"]))
+    if rng.random() < 0.05:
+        made = replace(made, deleting=True)
+    return made
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_gangs_members_are_collected_as_collect_gangs_does(seed: int) -> None:
+    from app.core.model.gang import collect_gang, collect_gangs
+
+    rng = random.Random(seed)
+    minimum = rng.choice(["3", None])
+    members = [_group_member(rng, i, minimum) for i in range(rng.randint(1, 12))]
+    held = [rng.random() < 0.3 for _ in members]
+    assert collect_gang(members, held) == collect_gangs(members, bool, held)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_members_of_one_spec_agree_as_the_general_rule_says(seed: int) -> None:
+    """``_agree``'s shortcut for members that all say the same against ``_disagree``."""
+    from app.core.model.gang import Gang, GangSpec, _agree, _disagree
+
+    rng = random.Random(seed)
+    spec = GangSpec(
+        "ns", "a", rng.choice([None, 0, 3]), rng.choice([None, 4]), rng.choice([None, 30.0]),
+        problem=rng.choice(["", "no min-member given"]),
+        notes=rng.choice([(), ("b", "a"), ("a", "a")]),
+    )  # fmt: skip
+    members = [pod(f"m{i}", created=float(rng.randrange(3))) for i in range(rng.randint(1, 5))]
+    quick, general = Gang("ns", "a", list(members)), Gang("ns", "a", list(members))
+    _agree(quick, [spec] * len(members))
+    _disagree(general, [spec] * len(members))
+    general.members.sort(key=lambda p: (p.created, p.name))
+    general.pending = list(general.members)
+    assert quick == general

@@ -16,7 +16,7 @@ import numpy as np
 
 from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
-from app.core.model.gang import Gang, collect_gangs
+from app.core.model.gang import Gang, collect_gang, collect_gangs
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
 from app.core.model.runtime import declared_runtime
@@ -78,24 +78,16 @@ def _patch(memo: GangMemo, old: Snapshot, new: Snapshot, changed: frozenset[str]
     if not dirty:
         return
     entries, holds = memo.entries, new.holds_node
-    rebuild: list[Pod] = []
-    held: list[bool] = []  # ``holds`` of each of ``rebuild``
-    groups: dict[str, tuple[list[Pod], tuple[bool, ...]]] = {}
     for key in dirty:
         entry = entries.get(key)
         had = [p.uid for p in entry[0]] if entry is not None else []
         known = set(had)
         uids = [u for u in had if after.get(u) == key]
         uids += [u for u in joined.get(key, ()) if u not in known]
-        members = [pods[u] for u in uids]
-        state = tuple(map(holds, members))
-        groups[key] = (members, state)
-        rebuild.extend(members)
-        held.extend(state)
-    built = collect_gangs(rebuild, holds, held) if rebuild else {}
-    for key, (members, state) in groups.items():
-        if members:
-            entries[key] = (members, state, built.get(key))
+        if uids:
+            members = [pods[u] for u in uids]
+            state = tuple(map(holds, members))
+            entries[key] = (members, state, collect_gang(members, state).get(key))
         else:
             entries.pop(key, None)
 
@@ -106,15 +98,11 @@ def _rebuild(memo: GangMemo, snapshot: Snapshot) -> None:
     groups: dict[str, list[Pod]] = {}
     for uid, key in snapshot.gang_members.items():
         groups.setdefault(key, []).append(pods[uid])
-    everyone: list[Pod] = []
-    held: list[bool] = []  # ``holds`` of each of ``everyone``
-    states: dict[str, tuple[bool, ...]] = {}
+    entries: GangEntries = {}
     for key, members in groups.items():
-        state = states[key] = tuple(map(holds, members))
-        everyone.extend(members)
-        held.extend(state)
-    built = collect_gangs(everyone, holds, held)
-    memo.entries = {k: (m, states[k], built.get(k)) for k, m in groups.items()}
+        state = tuple(map(holds, members))
+        entries[key] = (members, state, collect_gang(members, state).get(key))
+    memo.entries = entries
 
 
 def _copy(gang: Gang) -> Gang:

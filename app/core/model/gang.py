@@ -12,8 +12,9 @@ min-member key. Where Muster's keys and the object disagree, the keys win and th
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 
 from app.core.model import labels
 from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
@@ -313,16 +314,55 @@ def collect_gangs(
     return gangs
 
 
+def collect_gang(pods: list[Pod], held: Sequence[bool]) -> dict[str, Gang]:
+    """``collect_gangs(pods, ..., held)`` for the members the cache indexes under one gang key
+    (the answer is then one gang, or none): quick, without a step per member, when every
+    member is live and their specs are one object (``gang_spec`` hands out one per distinct
+    spec)."""
+    specs = _SPECS.of_each(pods)
+    first = specs[0] if specs else None
+    if (
+        first is None
+        or specs.count(first) != len(specs)
+        or not _ENDED.isdisjoint(map(_PHASE, pods))
+        or any(map(_DELETING, pods))
+    ):
+        return collect_gangs(pods, bool, held)  # (``held`` answers for every pod)
+    gang = Gang(first.namespace, first.name, members=list(pods))
+    if any(held):
+        gang.bound = list(compress(pods, held))
+        gang.pending = list(compress(pods, map(operator.not_, held)))
+    _agree(gang, [first])
+    return {first.key: gang}
+
+
 #: A member's place among its gang's members: oldest first, then by name.
 _BY_AGE = operator.attrgetter("created", "name")
 _PRIORITY = operator.attrgetter("priority")
 _CREATED = operator.attrgetter("created")
+_PHASE = operator.attrgetter("phase")
+#: ``Pod.terminal``'s phases.
+_ENDED = frozenset(("Succeeded", "Failed"))
+_DELETING = operator.attrgetter("deleting")
 
 
 def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     first = specs[0]
     if specs.count(first) == len(specs):  # (equal specs are mostly one object: quick)
-        specs = [first]  # every member says the same
+        # Every member says the same: what the sets below make of one spec.
+        gang.min_member = first.min_member if first.min_member is not None else 0
+        gang.max_member = first.max_member
+        gang.timeout = first.timeout
+        gang.group = first.group
+        gang.conflicts = tuple(sorted(set(first.notes)))
+        gang.problem = first.problem
+    else:
+        _disagree(gang, specs)
+    _order(gang)
+
+
+def _disagree(gang: Gang, specs: list[GangSpec]) -> None:
+    """``_agree``'s fields when members' specs differ."""
     problems = sorted({s.problem for s in specs if s.problem})
     mins = sorted({s.min_member for s in specs if s.min_member is not None})
     maxes = sorted({s.max_member for s in specs if s.max_member is not None})
@@ -337,6 +377,10 @@ def _agree(gang: Gang, specs: list[GangSpec]) -> None:
     gang.group = next((s.group for s in specs if s.group is not None), None)
     gang.conflicts = tuple(sorted({note for s in specs for note in s.notes}))
     gang.problem = "; ".join(problems)
+
+
+def _order(gang: Gang) -> None:
+    """Every list of ``gang`` oldest member first."""
     gang.members.sort(key=_BY_AGE)
     if gang.bound:
         gang.bound.sort(key=_BY_AGE)  # (every list of a gang in one order, whatever came first)

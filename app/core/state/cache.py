@@ -1171,26 +1171,23 @@ class ClusterCache:
         pod); otherwise its answer (False: nothing done, apply them one at a time)."""
         uids: list[str] = []
         names: list[str] = []
-        pods: list[Pod] = []
         planned: dict[str, tuple[int, ...]] = {}
-        look, first = self._pods.get, None
         for op in run:
             if not op.placements:
                 return None
             planned.update(op.devices)
-            for uid, node in op.placements.items():
-                pod = look(uid)
-                if pod is None or pod.node_name:
-                    return False  # a pod gone or bound
-                if pod.requests != first:
-                    if first is not None:
-                        return None
-                    first = pod.requests
-                uids.append(uid)
-                names.append(node)
-                pods.append(pod)
-        assert first is not None
+            uids.extend(op.placements)
+            names.extend(op.placements.values())
         count = len(uids)
+        looked = list(map(self._pods.get, uids))
+        if None in looked:
+            return False  # a pod gone
+        pods = cast(list[Pod], looked)
+        if any(map(_NODE_NAME, pods)):
+            return False  # a pod bound
+        first = pods[0].requests
+        if list(map(_REQUESTS, pods)).count(first) != count:
+            return None  # pods of other requests: ``_reserve_together`` looks pod by pod
         rows = list(map(self._index.get, names))
         if None in rows:
             return False  # a node gone

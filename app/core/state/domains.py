@@ -240,20 +240,18 @@ def _domain_ids(parent: np.ndarray, column: np.ndarray) -> tuple[np.ndarray, lis
     key = -1 - np.arange(rows, dtype=np.int64)  # alone, unless it has the label
     if len(present):
         # Each distinct value's code in order of first sight (numbers, not sorted strings:
-        # only equality matters, domains are numbered by first row below).
-        seen: dict[str, int] = {}
-        code = np.fromiter(
-            (seen.setdefault(str(v), len(seen)) for v in column[present]), np.int64, len(present)
-        )
+        # only equality matters, domains are numbered by first row below). Label values are
+        # strings.
+        found = column[present].tolist()
+        seen = {value: i for i, value in enumerate(dict.fromkeys(found))}
+        code = np.fromiter(map(seen.__getitem__, found), np.int64, len(present))
         key[present] = parent[present] * len(seen) + code
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     by_first = np.argsort(first, kind="stable")
     number = np.empty(len(first), dtype=np.int64)
     number[by_first] = np.arange(len(first))
     ids = number[inverse.reshape(-1)]
-    values: list[str | None] = [
-        None if column[r] is None else str(column[r]) for r in first[by_first].tolist()
-    ]
+    values: list[str | None] = column[first[by_first]].tolist()
     return ids, values
 
 
