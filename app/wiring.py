@@ -24,6 +24,7 @@ from app.core.policies.gangorder import gang_order
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
 from app.core.state.cache import ClusterCache
+from app.core.state.domains import trees_ahead
 from app.core.state.gateway import Gateway
 from app.core.state.journal import Journal
 from app.core.state.queuefile import QueueFile
@@ -72,7 +73,11 @@ class Graph:
 
 def build_cache(settings: Settings, *, clock: Clock = time.monotonic) -> ClusterCache:
     """An empty cluster cache for ``settings`` (the caller fills it)."""
-    return ClusterCache(assume_ttl=settings.assume_ttl_seconds, clock=clock)
+    return ClusterCache(
+        assume_ttl=settings.assume_ttl_seconds,
+        clock=clock,
+        nodes_ahead=trees_ahead(settings.topology_keys),
+    )
 
 
 def build_graph(

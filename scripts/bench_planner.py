@@ -17,7 +17,9 @@ a fresh cache (median and best reported):
   alone (its gang, GPU ask, queue keys, member shape: ``PodFact``) the cache derives as it
   stores the pod (``derive_ahead``, the watch path's work, once per pod version), so neither
   cycle derives it; **storing** gives what that costs, untimed in the rows above: storing
-  the never-seen pods in a cache of the nodes, and of that the facts derived ahead;
+  the never-seen pods in a cache of the nodes, and of that the facts derived ahead; and
+  storing the nodes, of which the topology tree a cycle reads, derived ahead as well
+  (``ClusterCache(nodes_ahead=...)``, once per node set);
 * **after one change**: one more cycle after one planned gang's pods are deleted (the
   steady state: a cycle after an event);
 * **after one arrival**: every plan's pods bound, then one more gang arrives and a cycle runs;
@@ -77,6 +79,7 @@ from app.core.model.parse import node_from_dict, pod_from_dict  # noqa: E402
 from app.core.model.podfacts import derive_ahead  # noqa: E402
 from app.core.model.values import Node, Pod  # noqa: E402
 from app.core.state.cache import ClusterCache  # noqa: E402
+from app.core.state.domains import DEFAULT_TREES  # noqa: E402
 from app.core.state.gateway import InMemoryGateway  # noqa: E402
 from app.core.verbs.extender import Extender  # noqa: E402
 from app.server import SWITCH_INTERVAL, freeze_heap  # noqa: E402
@@ -187,16 +190,19 @@ def full_cycle(nodes: list[Node], pods: list[Pod]) -> float:
     return timed(planner.cycle)
 
 
-def storing(nodes: list[Node], gangs: int, size: int, queues: int) -> tuple[float, float]:
+def storing(
+    nodes: list[Node], gangs: int, size: int, queues: int
+) -> tuple[float, float, float, float]:
     """(ms to store new pods of ``gangs`` x ``size`` in a cache of ``nodes``, ms of that
-    spent deriving their facts ahead), on pod objects never seen before."""
-    times = []
-    for ahead in (derive_ahead, lambda pods: None):
-        cache = ClusterCache(ahead=ahead)
-        cache.upsert_nodes(nodes)
+    spent deriving their facts ahead, on pod objects never seen before; ms to store
+    ``nodes`` in an empty cache, ms of that spent deriving their topology tree ahead)."""
+    times, node_times = [], []
+    for ahead, trees in ((derive_ahead, DEFAULT_TREES), (lambda pods: None, lambda table: None)):
+        cache = ClusterCache(ahead=ahead, nodes_ahead=trees)
+        node_times.append(timed(lambda: cache.upsert_nodes(nodes)))  # noqa: B023 - called at once
         pods = make_gangs(gangs, size, queues)
         times.append(timed(lambda: cache.upsert_pods(pods)))  # noqa: B023 - called at once
-    return times[0], times[0] - times[1]
+    return times[0], times[0] - times[1], node_times[0], node_times[0] - node_times[1]
 
 
 def one_run(
@@ -426,10 +432,15 @@ def main(argv: list[str] | None = None) -> int:
         width=26,
     )
     stored = [storing(nodes, args.gangs, args.size, args.queues) for _ in range(args.repeat)]
-    whole, ahead = (statistics.median(x) for x in zip(*stored, strict=True))
+    whole, ahead, node_whole, tree = (statistics.median(x) for x in zip(*stored, strict=True))
     print(
         f"storing the {len(pods)} pods (never seen) in the cache: {whole:.1f} ms, of which "
         f"{ahead:.1f} ms derive their facts ahead (the watch path's, once per pod version; "
+        "untimed above)"
+    )
+    print(
+        f"storing the {len(nodes)} nodes in an empty cache: {node_whole:.1f} ms, of which "
+        f"{tree:.1f} ms derive their topology tree ahead (the watch path's, once per node set; "
         "untimed above)"
     )
     waiting = len(make_gangs(args.gangs, 1, 1)) - planned[0]

@@ -8,7 +8,7 @@ label off. The parts of the path map onto the topology keys in order (the defaul
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -441,6 +441,52 @@ def test_settings_topology_keys_reach_the_planner(tmp_path: Path) -> None:
     planner.cycle(force=True)
     plan = planner.plan("ml/llama")
     assert plan is not None and set(plan.members.values()) == {"g1", "g3"}
+
+
+def test_the_cache_derives_the_tree_of_each_new_node_set_ahead() -> None:
+    """Each node set the watch brings (upsert, replace, delete) is handed to ``nodes_ahead``
+    outside the lock, as the table views will read; a batch that changes nothing is not;
+    nodes learnt from an extender call (the filter path) leave it to the cycle."""
+    from app.core.state.cache import ClusterCache
+    from app.core.state.nodetable import NodeTable
+
+    seen: list[NodeTable] = []
+    cache = ClusterCache(nodes_ahead=seen.append)
+    boxes = [("a", "z/s/b1/a", 8, 0), ("b", "z/s/b2/b", 8, 0)]
+    steps: list[tuple[str, Callable[[], object], int]] = [
+        ("upsert", lambda: cache.upsert_nodes(nodes_of(boxes)), 1),
+        ("the same again", lambda: cache.upsert_nodes(nodes_of(boxes)), 0),
+        ("learnt in a call", lambda: cache.learn_nodes([node("c", gpus=8)]), 0),
+        ("one more", lambda: cache.upsert_node(node("d", gpus=8)), 1),
+        ("deleted", lambda: cache.delete_node("a"), 1),
+        ("relisted", lambda: cache.replace_nodes(nodes_of(boxes)), 1),
+    ]
+    for what, step, calls in steps:
+        before = len(seen)
+        step()
+        assert len(seen) - before == calls, what
+        if calls:
+            assert seen[-1] is cache.view().table, what
+
+
+@pytest.mark.parametrize("keys", [DEFAULT_KEYS, GKE])
+def test_no_cycle_builds_the_tree_of_the_configured_keys(
+    keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache ``build_cache`` makes derives the tree under the settings' topology keys
+    as nodes come: the planner's cycle finds it made."""
+    from app.core.state import domains
+    from app.wiring import build_cache
+
+    cache = build_cache(Settings(topology_keys=keys))
+    cache.upsert_nodes(nodes_of([("a", "x/y/z/a", 8, 0), ("b", "x/y/w/b", 8, 0)], keys))
+    built: list[tuple[str, ...]] = []
+    real = domains.build
+    monkeypatch.setattr(domains, "build", lambda table, k: built.append(tuple(k)) or real(table, k))
+    assert domains.tree_for(cache.view().table, keys).keys == tuple(keys)
+    assert built == []
+    domains.tree_for(cache.view().table, ("other",))
+    assert built == [("other",)]
 
 
 def test_a_replanned_member_of_a_required_gang_stays_in_the_domain() -> None:

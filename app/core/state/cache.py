@@ -36,6 +36,7 @@ from app.core.model.podfacts import derive_ahead
 from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.state.domains import DEFAULT_TREES
 from app.core.state.nodetable import NodeTable
 from app.core.state.recent import RecentKeys
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
@@ -492,11 +493,15 @@ class ClusterCache:
         assume_ttl: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         ahead: Callable[[Sequence[Pod]], None] = derive_ahead,
+        nodes_ahead: Callable[[NodeTable], None] = DEFAULT_TREES,
     ) -> None:
         """``ahead``: what to derive of the pods the cache stores, after storing them and
-        outside the lock (``derive_ahead``: the facts every cycle reads)."""
+        outside the lock (``derive_ahead``: the facts every cycle reads); ``nodes_ahead``:
+        the same for each new node set the watch brings (``trees_ahead``: its topology tree),
+        so that a cycle finds it made."""
         self._lock = WaitedLock()
         self._ahead = ahead
+        self._nodes_ahead = nodes_ahead
         self._clock = clock
         self._assume_ttl = assume_ttl
         self._nodes: list[Node] = []
@@ -556,7 +561,10 @@ class ClusterCache:
             if self._gone_nodes:  # the API's word on a name brings a deleted node back
                 for node in nodes:
                     self._gone_nodes.discard(node.name)
-            return self._upsert_nodes(nodes)
+            changed = self._upsert_nodes(nodes)
+        if changed:
+            self._derive_nodes()
+        return changed
 
     def learn_nodes(self, nodes: Iterable[Node]) -> bool:
         """``upsert_nodes`` for the nodes of an extender call, but for nodes the API deleted
@@ -576,11 +584,25 @@ class ClusterCache:
             for name in [n.name for n in self._nodes if n.name not in wanted]:
                 self._delete_node(name)
             self._upsert_nodes(nodes)
+        self._derive_nodes()
 
     def delete_node(self, name: str) -> None:
         """Forget a node; pods still placed on it keep their placement until they go."""
         with self._lock:
             self._delete_node(name)
+        self._derive_nodes()
+
+    def _derive_nodes(self) -> None:
+        """``nodes_ahead`` of the node set now, outside the lock (``learn_nodes``, on the
+        filter path, leaves it to the cycle)."""
+        with self._lock:
+            table = self._current_table()
+        self._nodes_ahead(table)
+
+    def _current_table(self) -> NodeTable:
+        if self._table is None:
+            self._table = NodeTable(self._nodes, self._index, self._alloc, self._special)
+        return self._table
 
     def _upsert_nodes(self, nodes: list[Node]) -> bool:
         # A name given twice in one batch: the last one stands (as two upserts in a row would).
@@ -1389,11 +1411,9 @@ class ClusterCache:
         with self._lock:
             self._expire()
             if self._view is None:
-                if self._table is None:
-                    self._table = NodeTable(self._nodes, self._index, self._alloc, self._special)
                 self._backfill_view = NodeView(
                     generation=self._generation,
-                    table=self._table,
+                    table=self._current_table(),
                     used=self._used.copy(),
                     gpu_free=self._devices.free(),
                 )

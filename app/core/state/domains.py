@@ -26,7 +26,7 @@ the same object until nodes change).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -264,6 +264,22 @@ def tree_for(table: NodeTable, keys: Sequence[str]) -> Tree:
     """``build(table, keys)``, remembered for as long as ``table`` lives."""
     keys = tuple(keys)
     return table.derived(("tree", keys), lambda: build(table, keys))
+
+
+def trees_ahead(keys: Sequence[str]) -> Callable[[NodeTable], None]:
+    """What a cache derives of each new node set as the watch brings it
+    (``ClusterCache(nodes_ahead=...)``): its tree under ``keys``, which the next cycle
+    reads (``tree_for``), so that no cycle builds it."""
+    keys = tuple(keys)
+
+    def derive(table: NodeTable) -> None:
+        tree_for(table, keys)
+
+    return derive
+
+
+#: ``trees_ahead`` of the planner's default keys.
+DEFAULT_TREES = trees_ahead(DEFAULT_KEYS)
 
 
 # -- what a gang asks for ----------------------------------------------------------------
