@@ -86,6 +86,8 @@ NULL_EXTENDER = ROOT / "scripts" / "bench_extender.py"
 
 #: (podInitialBackoffSeconds, podMaxBackoffSeconds) instead of the shipped profile's.
 BACKOFF: tuple[int, int] | None = None
+#: (qps, burst) of kube-scheduler's API client instead of the shipped profile's.
+CLIENT: tuple[float, int] | None = None
 #: Where the contention scenario writes each pod's life (``--timeline``), if anywhere.
 TIMELINE: Path | None = None
 #: Extra flags for ``muster serve`` (``--muster-args``).
@@ -102,13 +104,25 @@ def shipped_backoff() -> tuple[int, int]:
     return int(config["podInitialBackoffSeconds"]), int(config["podMaxBackoffSeconds"])
 
 
+def shipped_client() -> tuple[float, int]:
+    """clientConnection qps / burst of the shipped profile (kube-scheduler's defaults, 50 /
+    100, where it sets none)."""
+    if CLIENT is not None:
+        return CLIENT
+    config = yaml.safe_load(SHIPPED_PROFILE.read_text())
+    connection = config.get("clientConnection") or {}
+    return float(connection.get("qps", 50)), int(connection.get("burst", 100))
+
+
 def scheduler_config(system: str, muster_url: str = "") -> str:
-    """kube-scheduler 1.20's configuration: Muster's (the e2e one, with the shipped backoff)
-    or the same profile without extender, where kube-scheduler counts GPUs and preempts
-    pods itself."""
+    """kube-scheduler 1.20's configuration: Muster's (the e2e one, with the shipped backoff
+    and API client rate) or the same profile without extender, where kube-scheduler counts
+    GPUs and preempts pods itself."""
     config = yaml.safe_load(SCHEDULER_CONFIG.replace("MUSTER_URL", muster_url or "x"))
     initial, most = shipped_backoff()
     config["podInitialBackoffSeconds"], config["podMaxBackoffSeconds"] = initial, most
+    qps, burst = shipped_client()
+    config.setdefault("clientConnection", {}).update(qps=qps, burst=burst)
     if system == "alone":
         del config["extenders"]
         config["profiles"] = [{"schedulerName": "muster"}]
@@ -430,6 +444,10 @@ def _scheduler(cp: ControlPlane, config: str) -> Iterator[None]:
         yield
     finally:
         cp.stop_scheduler()
+        if TIMELINE is not None:  # (kube-scheduler's own account of the attempts, --v=3)
+            TIMELINE.with_name(f"{TIMELINE.stem}.kube-scheduler.log").write_text(
+                cp.scheduler_log()
+            )
 
 
 @contextmanager
@@ -1150,6 +1168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="kube-scheduler's pod backoff seconds (default: the shipped profile's)",
     )
     parser.add_argument(
+        "--client-rate",
+        type=float,
+        nargs=2,
+        metavar=("QPS", "BURST"),
+        help="kube-scheduler's API client rate (default: the shipped profile's clientConnection)",
+    )
+    parser.add_argument(
         "--timeline",
         type=Path,
         help="write each contention pod's life (created, rejected, nudged, bound, gone) here; "
@@ -1162,9 +1187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="extra flags for muster serve, as one string (e.g. '--bind-barrier 4')",
     )
     args = parser.parse_args(argv)  # fmt: skip
-    global BACKOFF, TIMELINE, MUSTER_ARGS
+    global BACKOFF, CLIENT, TIMELINE, MUSTER_ARGS
     MUSTER_ARGS = shlex.split(args.muster_args)
     BACKOFF = tuple(args.backoff) if args.backoff else None
+    CLIENT = (args.client_rate[0], int(args.client_rate[1])) if args.client_rate else None
     TIMELINE = args.timeline
     if args.singles_trials < 1:
         parser.error("--singles-trials must be at least 1")

@@ -25,11 +25,15 @@ from tests.conftest import running
 
 GPUS_PER_NODE = 8
 #: kube-scheduler 1.20 reads v1beta1; the shipped files (scheduler-config/) are v1 for current
-#: clusters and otherwise the same extender settings. ``ControlPlane.start_scheduler`` fills in
-#: the kubeconfig, loopback health/metrics addresses and no leader election.
+#: clusters and otherwise the same extender settings, backoff and API client rate.
+#: ``ControlPlane.start_scheduler`` fills in the kubeconfig, loopback health/metrics addresses
+#: and no leader election.
 SCHEDULER_CONFIG = """\
 apiVersion: kubescheduler.config.k8s.io/v1beta1
 kind: KubeSchedulerConfiguration
+clientConnection:
+  qps: 200
+  burst: 400
 podInitialBackoffSeconds: 1
 podMaxBackoffSeconds: 2
 profiles:

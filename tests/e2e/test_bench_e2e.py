@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.scriptload import script_module
 
@@ -55,3 +57,27 @@ def test_every_scenario_runs_on_both_systems_and_muster_keeps_gangs_whole(
     for target in ("1 singles", "null extender", "2a gangs", "2b gangs", "3 makespan",
                    "4 preemption"):  # fmt: skip
         assert target in table
+
+
+def test_every_system_talks_to_the_api_at_the_shipped_rate(bench: ModuleType) -> None:
+    """kube-scheduler alone, with Muster, and with the null extender: the same backoff and
+    API client rate, the shipped profile's; and the e2e tests' configuration is the same."""
+    from harness import SCHEDULER_CONFIG
+
+    def timing(config: dict[str, Any]) -> tuple[object, ...]:
+        connection = config["clientConnection"]
+        return (config["podInitialBackoffSeconds"], config["podMaxBackoffSeconds"],
+                float(connection["qps"]), connection["burst"])  # fmt: skip
+
+    shipped = {
+        name: yaml.safe_load((bench.ROOT / "scheduler-config" / name).read_text())
+        for name in ("muster-profile.yaml", "muster-scheduler.yaml")
+    }
+    expected = timing(shipped["muster-profile.yaml"])
+    assert expected[2] > 50 and expected[3] > 100  # above kube-scheduler's defaults
+    for name, config in shipped.items():
+        assert timing(config) == expected, name
+        assert set(config["clientConnection"]) == {"qps", "burst"}, name  # kubeconfig: yours
+    assert timing(yaml.safe_load(SCHEDULER_CONFIG)) == expected
+    for system in ("alone", "muster", "null"):
+        assert timing(yaml.safe_load(bench.scheduler_config(system, "http://x"))) == expected
