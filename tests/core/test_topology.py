@@ -850,3 +850,22 @@ def test_domain_fills_answer_from_memory_often() -> None:
     """The comparison above means something: the memo answers many of those fills itself
     (twin blocks, a smaller limit on a domain filled before)."""
     assert sum(domain_fills_run(seed) for seed in range(20)) >= 100
+
+
+def test_a_tree_that_fails_to_build_ahead_leaves_the_nodes_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deriving ahead is the watch path's extra: a build that fails there is skipped (the
+    cycle builds the tree again and meets the error itself), and the nodes are stored."""
+    from app.core.state import domains
+    from app.core.state.cache import ClusterCache
+
+    def fails(table: object, keys: object) -> Tree:
+        raise ValueError("no tree")
+
+    monkeypatch.setattr(domains, "build", fails)
+    cache = ClusterCache()
+    assert cache.upsert_nodes(nodes_of([("a", "z/s/b1/a", 8, 0)]))
+    assert [n.name for n in cache.view().table.nodes] == ["a"]
+    with pytest.raises(ValueError, match="no tree"):
+        domains.tree_for(cache.view().table, DEFAULT_KEYS)

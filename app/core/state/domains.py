@@ -273,7 +273,10 @@ def trees_ahead(keys: Sequence[str]) -> Callable[[NodeTable], None]:
     keys = tuple(keys)
 
     def derive(table: NodeTable) -> None:
-        tree_for(table, keys)
+        try:
+            tree_for(table, keys)
+        except Exception:  # noqa: BLE001 - the cycle builds it again and meets the error there
+            return
 
     return derive
 
