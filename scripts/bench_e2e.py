@@ -437,15 +437,16 @@ def _ready(url: str) -> bool:
 
 
 @contextmanager
-def _scheduler(cp: ControlPlane, config: str) -> Iterator[None]:
-    """kube-scheduler with ``config`` for the duration of the block."""
+def _scheduler(cp: ControlPlane, config: str, system: str) -> Iterator[None]:
+    """kube-scheduler with ``config`` for the duration of the block (of ``system``: its log
+    goes beside ``--timeline``'s file under that name)."""
     cp.start_scheduler(config)
     try:
         yield
     finally:
         cp.stop_scheduler()
         if TIMELINE is not None:  # (kube-scheduler's own account of the attempts, --v=3)
-            TIMELINE.with_name(f"{TIMELINE.stem}.kube-scheduler.log").write_text(
+            TIMELINE.with_name(f"{TIMELINE.stem}.{system}.kube-scheduler.log").write_text(
                 cp.scheduler_log()
             )
 
@@ -455,18 +456,18 @@ def system(cp: ControlPlane, name: str) -> Iterator[str]:
     """kube-scheduler alone, Muster + kube-scheduler with Muster as extender, or the null
     extender in Muster's place; yields the extender's URL ("" alone)."""
     if name == "alone":
-        with _scheduler(cp, scheduler_config("alone")):
+        with _scheduler(cp, scheduler_config("alone"), name):
             yield ""
         return
     if name == "null":
         args = ["--serve", "null", "--kubeconfig", str(cp.kubeconfig)]
         with child_server(NULL_EXTENDER, args) as url:
             wait_for(lambda: _ready(url), 60, "the null extender")
-            with _scheduler(cp, scheduler_config("muster", url + "/")):
+            with _scheduler(cp, scheduler_config("muster", url + "/"), name):
                 yield url
         return
     global SCHEDULER_METRICS
-    with muster_process(cp) as url, _scheduler(cp, scheduler_config("muster", url + "/")):
+    with muster_process(cp) as url, _scheduler(cp, scheduler_config("muster", url + "/"), name):
         SCHEDULER_METRICS = cp.scheduler_metrics_url
         yield url
 
