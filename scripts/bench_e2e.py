@@ -96,22 +96,15 @@ MUSTER_ARGS: list[str] = []
 SCHEDULER_METRICS = ""
 
 
-def shipped_backoff() -> tuple[int, int]:
-    """podInitialBackoffSeconds / podMaxBackoffSeconds of the shipped profile."""
-    if BACKOFF is not None:
-        return BACKOFF
-    config = yaml.safe_load(SHIPPED_PROFILE.read_text())
-    return int(config["podInitialBackoffSeconds"]), int(config["podMaxBackoffSeconds"])
-
-
-def shipped_client() -> tuple[float, int]:
-    """clientConnection qps / burst of the shipped profile (kube-scheduler's defaults, 50 /
-    100, where it sets none)."""
-    if CLIENT is not None:
-        return CLIENT
+def shipped_timing() -> tuple[tuple[int, int], tuple[float, int]]:
+    """The shipped profile's (podInitialBackoffSeconds, podMaxBackoffSeconds) and its
+    clientConnection (qps, burst) (kube-scheduler's defaults, 50 / 100, where it sets none),
+    each unless ``--backoff`` / ``--client-rate`` gave others."""
     config = yaml.safe_load(SHIPPED_PROFILE.read_text())
     connection = config.get("clientConnection") or {}
-    return float(connection.get("qps", 50)), int(connection.get("burst", 100))
+    backoff = int(config["podInitialBackoffSeconds"]), int(config["podMaxBackoffSeconds"])
+    client = float(connection.get("qps", 50)), int(connection.get("burst", 100))
+    return BACKOFF or backoff, CLIENT or client
 
 
 def scheduler_config(system: str, muster_url: str = "") -> str:
@@ -119,9 +112,8 @@ def scheduler_config(system: str, muster_url: str = "") -> str:
     and API client rate) or the same profile without extender, where kube-scheduler counts
     GPUs and preempts pods itself."""
     config = yaml.safe_load(SCHEDULER_CONFIG.replace("MUSTER_URL", muster_url or "x"))
-    initial, most = shipped_backoff()
+    (initial, most), (qps, burst) = shipped_timing()
     config["podInitialBackoffSeconds"], config["podMaxBackoffSeconds"] = initial, most
-    qps, burst = shipped_client()
     config.setdefault("clientConnection", {}).update(qps=qps, burst=burst)
     if system == "alone":
         del config["extenders"]
@@ -1161,20 +1153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="contention jobs do not declare their runtime (muster.io/expected-runtime)",
     )
-    parser.add_argument(
-        "--backoff",
-        type=int,
-        nargs=2,
-        metavar=("INITIAL", "MAX"),
-        help="kube-scheduler's pod backoff seconds (default: the shipped profile's)",
-    )
-    parser.add_argument(
-        "--client-rate",
-        type=float,
-        nargs=2,
-        metavar=("QPS", "BURST"),
-        help="kube-scheduler's API client rate (default: the shipped profile's clientConnection)",
-    )
+    for flag, kind, names, what in (
+        ("--backoff", int, ("INITIAL", "MAX"), "pod backoff seconds"),
+        ("--client-rate", float, ("QPS", "BURST"), "API client rate (clientConnection)"),
+    ):
+        parser.add_argument(
+            flag, type=kind, nargs=2, metavar=names,
+            help=f"kube-scheduler's {what} (default: the shipped profile's)",
+        )  # fmt: skip
     parser.add_argument(
         "--timeline",
         type=Path,

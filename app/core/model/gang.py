@@ -20,7 +20,7 @@ from app.core.model import labels
 from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
 from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
-from app.core.model.values import Pod
+from app.core.model.values import TERMINAL_PHASES, Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +324,7 @@ def collect_gang(pods: list[Pod], held: Sequence[bool]) -> dict[str, Gang]:
     if (
         first is None
         or specs.count(first) != len(specs)
-        or not _ENDED.isdisjoint(map(_PHASE, pods))
+        or not TERMINAL_PHASES.isdisjoint(map(_PHASE, pods))
         or any(map(_DELETING, pods))
     ):
         return collect_gangs(pods, bool, held)  # (``held`` answers for every pod)
@@ -341,8 +341,6 @@ _BY_AGE = operator.attrgetter("created", "name")
 _PRIORITY = operator.attrgetter("priority")
 _CREATED = operator.attrgetter("created")
 _PHASE = operator.attrgetter("phase")
-#: ``Pod.terminal``'s phases.
-_ENDED = frozenset(("Succeeded", "Failed"))
 _DELETING = operator.attrgetter("deleting")
 
 

@@ -21,6 +21,8 @@ PODS = "pods"
 #: The resources Muster accounts for, in the order of ``Resources`` fields.
 RESOURCE_NAMES: tuple[str, ...] = (GPU, CPU, MEMORY, PODS)
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: The phases of a pod that finished (``Pod.terminal``): it holds no resources.
+TERMINAL_PHASES = frozenset(("Succeeded", "Failed"))
 
 
 class WorkloadRef(NamedTuple):
@@ -173,4 +175,4 @@ class Pod:
     @property
     def terminal(self) -> bool:
         """Finished pods hold no resources."""
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in TERMINAL_PHASES
