@@ -10,8 +10,10 @@ bound and completes it by deleting them after its runtime.
 
 A third system, "null", runs the singles only: kube-scheduler with Muster's profile calling a
 null extender (``bench_extender.create_null_app``: the same HTTP stack and request parsing,
-every node feasible, every score 0, the Binding created as Muster creates it). It decides
-nothing (so it over-commits GPUs); its rate is the floor of any extender on this machine.
+filter answering the first candidate alone as Muster answers a pod on its own, so
+kube-scheduler scores nothing, the Binding created as Muster creates it). It decides nothing
+(so it over-commits GPUs); its rate is the floor of any extender on this machine, and its time
+for as many single pods the floor of gangs, each member of which passes one filter call.
 
 Scenarios (issue 12's targets):
 
@@ -1081,6 +1083,13 @@ def report(results: Results, sizes: Sizes, time_scale: float) -> str:
             row(f"{label}: {m['pods']} pods bound whole (s)", f"{m['seconds']:.1f}",
                 f"{base:.1f} singles{also}",
                 _ratio(m["seconds"], base), "<= 1.5x")  # fmt: skip
+        null = results.figures.get("null", {}).get("singles")
+        if null:
+            # Every member passes one filter call: no extender binds a gang's pods faster
+            # than the null extender binds as many single pods.
+            floor = null["seconds"] * (muster["gangs"]["pods"] / sizes.singles)
+            row("2   floor of any extender: the null extender's time for as many singles",
+                f"{floor:.1f}", f"{base:.1f}", _ratio(floor, base), "")  # fmt: skip
     if "contention" in muster:
         m, a = muster["contention"], alone.get("contention", {})
 

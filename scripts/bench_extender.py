@@ -161,15 +161,20 @@ def cluster_node_names(path: Path) -> list[str]:
 def create_null_app(gateway: KubeGateway | None = None) -> FastAPI:
     """An extender that schedules nothing but pays the same protocol cost as Muster.
 
-    With ``gateway`` it also binds, as Muster does for a pod on its own (the Binding created
-    through the same ``KubeGateway`` in a worker thread), and answers ``/readyz``: the floor
-    of any extender on a real kube-scheduler (``bench_e2e``'s null system)."""
+    With ``gateway`` it is the floor of any extender on a real kube-scheduler
+    (``bench_e2e``'s null system): it answers filter with one node, the first candidate, as
+    Muster answers a pod on its own with its pick alone (``app.core.policies.solepick``), so
+    kube-scheduler skips scoring and prioritize as it does for Muster; it binds as Muster does
+    (the Binding created through the same ``KubeGateway`` in a worker thread); and it answers
+    ``/readyz``. Without, filter answers every candidate (the in-process verb benchmark)."""
     app = FastAPI(title="null extender")
+    sole = gateway is not None
 
     @app.post("/filter")
     async def null_filter(request: Request) -> Response:
         args = wire.ExtenderArgs.model_validate_json(await request.body())
-        answer = wire.ExtenderFilterResult(NodeNames=list(args.NodeNames or ()))
+        names = list(args.NodeNames or ())
+        answer = wire.ExtenderFilterResult(NodeNames=names[:1] if sole else names)
         return Response(answer.model_dump_json(), media_type="application/json")
 
     @app.post("/prioritize")

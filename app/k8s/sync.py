@@ -9,9 +9,9 @@ and retried with capped exponential backoff; the threads never die of an API err
 
 Objects are parsed from the raw JSON (``_preload_content=False``) and handed straight to
 ``app.core.model.parse``: the client's model deserialisation costs far more than the conversion.
-LIST pages of nodes and pods are decoded with msgspec into only the fields Muster reads
-(``managedFields``, conditions, images ... are skipped, not decoded): more than half of a
-pod's JSON is its ``managedFields``.
+LIST pages and watch events of nodes and pods are decoded with msgspec into only the fields
+Muster reads (``managedFields``, conditions, images ... are skipped, not decoded): more than
+half of a pod's JSON is its ``managedFields``.
 """
 
 from __future__ import annotations
@@ -123,6 +123,32 @@ def decode_page(data: bytes) -> dict[str, Any]:
         return body
     meta = {"resourceVersion": page.metadata.resourceVersion, "continue": page.metadata.continue_}
     return {"metadata": meta, "items": [_slim(item) for item in page.items or ()]}
+
+
+class _Event(msgspec.Struct):
+    type: Any
+    object: msgspec.Raw
+
+
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_ITEM_DECODER = msgspec.json.Decoder(_Item)
+#: Watch events whose object is a node or pod (a BOOKMARK's carries its resourceVersion only).
+_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
+
+
+def decode_event(line: str) -> dict[str, Any]:
+    """A watch event of a node or pod with only the fields Muster reads in its object, as
+    ``decode_page`` reads a LIST page; ``json.loads`` for any other shape (an ERROR's
+    ``Status``, an odd object: ``parse`` then names the odd field, a bad line raises as
+    ``json.loads`` does)."""
+    try:
+        event = _EVENT_DECODER.decode(line)
+        if event.type in _OBJECT_EVENTS:
+            return {"type": event.type, "object": _slim(_ITEM_DECODER.decode(event.object))}
+    except msgspec.DecodeError:
+        pass
+    body: dict[str, Any] = json.loads(line)
+    return body
 
 
 class _Gone(Exception):
@@ -366,7 +392,7 @@ class Reflector:
             response.release_conn()
 
     def _handle(self, line: str) -> None:
-        event = json.loads(line)
+        event = decode_event(line) if self.kind.convert is not None else json.loads(line)
         kind = event.get("type")
         obj = event.get("object")
         if not isinstance(obj, dict):

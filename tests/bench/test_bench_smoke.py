@@ -9,6 +9,8 @@ from types import ModuleType
 import pytest
 
 from app.core.model.clusterfile import load_cluster_file
+from tests.conftest import running
+from tests.factories import pod_json
 from tests.scriptload import script_module
 
 
@@ -63,3 +65,17 @@ def test_benchmark_produces_figures_and_prints_the_table(
             continue  # not asked (a timer around nothing)
         assert 0 < stat.p50 <= stat.p99
     assert 0 < floor.p50 <= floor.p99
+
+
+@pytest.mark.parametrize("binds", [True, False], ids=["e2e-null", "verb-null"])
+def test_the_null_extender_answers_as_muster_does_for_a_pod_on_its_own(
+    bench: ModuleType, binds: bool
+) -> None:
+    """On a real kube-scheduler (with a gateway) the null filter answers one node, as Muster's
+    sole pick does, so kube-scheduler asks neither its scorers nor prioritize; the in-process
+    verb benchmark's null answers every candidate."""
+    gateway = object() if binds else None  # never called: no /bind request is made
+    with running(bench.create_null_app(gateway)) as client:
+        args = {"Pod": pod_json("p", gpu=1), "NodeNames": ["a", "b", "c"]}
+        answer = client.post("/filter", json=args).json()
+    assert answer["NodeNames"] == (["a"] if binds else ["a", "b", "c"])

@@ -179,7 +179,8 @@ def test_one_gangs_members_are_collected_as_collect_gangs_does(seed: int) -> Non
     minimum = rng.choice(["3", None])
     members = [_group_member(rng, i, minimum) for i in range(rng.randint(1, 12))]
     held = [rng.random() < 0.3 for _ in members]
-    assert collect_gang(members, held) == collect_gangs(members, bool, held)
+    holds = dict(zip((m.uid for m in members), held, strict=True))
+    assert collect_gang(members, held) == collect_gangs(members, lambda p: holds[p.uid])
 
 
 @pytest.mark.parametrize("seed", range(20))

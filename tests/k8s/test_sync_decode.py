@@ -1,4 +1,4 @@
-"""The slim LIST-page decoder gives ``parse`` exactly what the full JSON would."""
+"""The slim LIST-page and watch-event decoders give ``parse`` exactly what the full JSON would."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
-from app.k8s.sync import decode_page
+from app.k8s.sync import decode_event, decode_page
 from tests.scriptload import script_module
 
 
@@ -50,3 +50,38 @@ def test_an_odd_page_falls_back_to_the_full_json_and_parse_names_the_field() -> 
     with pytest.raises(InvalidInput) as info:
         pod_from_dict(body["items"][0])
     assert "status" in info.value.field
+
+
+def event(kind: str, obj: object) -> str:
+    return json.dumps({"type": kind, "object": obj})
+
+
+def test_watch_events_convert_the_same_as_from_the_full_json(objects: ModuleType) -> None:
+    pods = [objects.pod_json(i, 2, fill=0.5) for i in range(8)]
+    pods[2]["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    ]
+    for kind in ("ADDED", "MODIFIED", "DELETED"):
+        for pod in pods:
+            decoded = decode_event(event(kind, pod))
+            assert decoded["type"] == kind
+            assert pod_from_dict(decoded["object"]) == pod_from_dict(pod)
+            assert "managedFields" not in decoded["object"]["metadata"]
+    node = objects.node_json(1)
+    decoded = decode_event(event("MODIFIED", node))["object"]
+    assert node_from_dict(decoded) == node_from_dict(node)
+    assert "images" not in decoded["status"]
+    bookmark = {"kind": "Pod", "metadata": {"resourceVersion": "99"}}
+    assert decode_event(event("BOOKMARK", bookmark))["object"]["metadata"] == {
+        "resourceVersion": "99"
+    }
+
+
+def test_other_watch_events_are_read_whole() -> None:
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    assert decode_event(event("ERROR", status)) == {"type": "ERROR", "object": status}
+    odd = {"metadata": {"name": "p"}, "status": "broken"}
+    assert decode_event(event("ADDED", odd)) == {"type": "ADDED", "object": odd}
+    assert decode_event('{"type": "ADDED"}') == {"type": "ADDED"}  # no object: _handle says so
+    with pytest.raises(ValueError):
+        decode_event("{not json")

@@ -735,8 +735,12 @@ class DomainFills:
             if limit <= made or sum(count for _, count in places) < made:
                 return _first(within, places, limit)
         out = fill_domain(view, pod, tree, level, index, strategy, limit)
-        position = {row: at for at, row in enumerate(within.tolist())}
-        self._kept[key] = (limit, [(position[row], count) for row, count in out])
+        # ``within`` ascends (``rows_of``), so a row's position is where it sorts in.
+        positions = np.searchsorted(within, [row for row, _ in out]).tolist()
+        self._kept[key] = (
+            limit,
+            [(at, count) for at, (_, count) in zip(positions, out, strict=True)],
+        )
         return out
 
 

@@ -276,22 +276,18 @@ class Gang:
         return self.max_member or max(len(self.members), self.min_member)
 
 
-def collect_gangs(
-    pods: Iterable[Pod],
-    holds_node: Callable[[Pod], bool],
-    held: Iterable[bool] | None = None,
-) -> dict[str, Gang]:
-    """Group live pods into gangs keyed ``namespace/name``.
+def collect_gangs(pods: Iterable[Pod], holds_node: Callable[[Pod], bool]) -> dict[str, Gang]:
+    """Group live pods into gangs keyed ``namespace/name``; ``holds_node(pod)`` tells bound
+    members (or binds in flight) from pending ones."""
+    pods = list(pods)
+    return group_gangs(pods, map(holds_node, pods))
 
-    ``holds_node(pod)`` tells bound members (or binds in flight) from pending ones; ``held``,
-    when given, is its answer for each of ``pods`` in turn (the caller asked already).
-    """
+
+def group_gangs(pods: Iterable[Pod], held: Iterable[bool]) -> dict[str, Gang]:
+    """``collect_gangs`` with ``held`` already answered for each of ``pods`` in turn."""
     gangs: dict[str, Gang] = {}
     specs: dict[str, list[GangSpec]] = {}
     known = _SPECS.lookup()  # ``gang_spec``'s memo read in line (a cycle groups every member)
-    if held is None:
-        pods = list(pods)
-        held = map(holds_node, pods)
     for pod, holds in zip(pods, held, strict=True):
         if pod.terminal or pod.deleting:
             continue
@@ -315,7 +311,7 @@ def collect_gangs(
 
 
 def collect_gang(pods: list[Pod], held: Sequence[bool]) -> dict[str, Gang]:
-    """``collect_gangs(pods, ..., held)`` for the members the cache indexes under one gang key
+    """``group_gangs(pods, held)`` for the members the cache indexes under one gang key
     (the answer is then one gang, or none): quick, without a step per member, when every
     member is live and their specs are one object (``gang_spec`` hands out one per distinct
     spec)."""
@@ -327,7 +323,7 @@ def collect_gang(pods: list[Pod], held: Sequence[bool]) -> dict[str, Gang]:
         or not TERMINAL_PHASES.isdisjoint(map(_PHASE, pods))
         or any(map(_DELETING, pods))
     ):
-        return collect_gangs(pods, bool, held)  # (``held`` answers for every pod)
+        return group_gangs(pods, held)
     gang = Gang(first.namespace, first.name, members=list(pods))
     if any(held):
         gang.bound = list(compress(pods, held))
