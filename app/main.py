@@ -12,6 +12,7 @@ from app import __version__
 from app.api import debug, errors, explain, extender, health, metrics, overview, ui, webhook
 from app.api.forward import ForwardToLeader, client_for_forwarding
 from app.api.schemas import honest
+from app.api.verbpath import VerbPath, post_handlers
 from app.core.state.gateway import Gateway
 from app.services import Services, build_services
 from app.settings import Settings
@@ -56,7 +57,9 @@ def create_app(
     for module in (extender, webhook, debug, overview, explain, health, metrics, ui):
         app.include_router(module.router)
     app.include_router(explain.whatif_router)
-    if services.election is not None:
+    # The verbs kube-scheduler posts to skip FastAPI's router and middleware (same answers).
+    app.add_middleware(VerbPath, fastapi=app, handlers=post_handlers(extender.router.routes))
+    if services.election is not None:  # added last: it runs first, on followers it forwards
         app.add_middleware(ForwardToLeader, services=lambda: services)
     generate = app.openapi
 
