@@ -13,6 +13,7 @@ handler takes propagates as it would from the route (Starlette's outermost middl
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
@@ -27,11 +28,14 @@ ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 def post_handlers(routes: Any) -> dict[str, Handler]:
-    """Path -> endpoint of every ``POST`` route among ``routes`` that takes the bare request."""
+    """Path -> endpoint of every ``POST`` route among ``routes`` that takes the bare request
+    and nothing else (a route FastAPI must feed parameters to stays with FastAPI)."""
     out: dict[str, Handler] = {}
     for route in routes:
         if isinstance(route, APIRoute) and "POST" in (route.methods or ()):
-            out[route.path] = cast(Handler, route.endpoint)
+            params = list(inspect.signature(route.endpoint).parameters.values())
+            if len(params) == 1 and params[0].annotation in (Request, "Request"):
+                out[route.path] = cast(Handler, route.endpoint)
     return out
 
 

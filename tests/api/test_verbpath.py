@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request, Response
 
 from app.api import extender
 from app.api.forward import VERBS
@@ -41,6 +41,20 @@ def clients() -> Iterator[tuple[httpx.Client, httpx.Client]]:
 
 def test_the_verb_path_serves_exactly_the_extender_verbs() -> None:
     assert set(post_handlers(extender.router.routes)) == VERBS
+
+
+def test_a_route_fed_parameters_stays_with_fastapi() -> None:
+    router = APIRouter()
+
+    @router.post("/bare")
+    async def bare(request: Request) -> Response:
+        return Response(b"")
+
+    @router.post("/fed")
+    async def fed(request: Request, limit: int = 3) -> Response:
+        return Response(b"")
+
+    assert set(post_handlers(router.routes)) == {"/bare"}
 
 
 # (method, path, body): good calls, and every kind of bad one the routes answer themselves.
