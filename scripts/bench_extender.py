@@ -158,23 +158,23 @@ def cluster_node_names(path: Path) -> list[str]:
 # -- the servers ---------------------------------------------------------------------------
 
 
-def create_null_app(gateway: KubeGateway | None = None) -> FastAPI:
+def create_null_app(gateway: KubeGateway | None = None, *, sole_pick: bool = False) -> FastAPI:
     """An extender that schedules nothing but pays the same protocol cost as Muster.
 
-    With ``gateway`` it is the floor of any extender on a real kube-scheduler
-    (``bench_e2e``'s null system): it answers filter with one node, the first candidate, as
-    Muster answers a pod on its own with its pick alone (``app.core.policies.solepick``), so
-    kube-scheduler skips scoring and prioritize as it does for Muster; it binds as Muster does
-    (the Binding created through the same ``KubeGateway`` in a worker thread); and it answers
-    ``/readyz``. Without, filter answers every candidate (the in-process verb benchmark)."""
+    With ``gateway`` and ``sole_pick`` it is the floor of any extender on a real
+    kube-scheduler (``bench_e2e``'s null system): it binds as Muster does (the Binding created
+    through the same ``KubeGateway`` in a worker thread) and answers ``/readyz``; with
+    ``sole_pick`` filter answers one node, the first candidate, as Muster answers a pod on its
+    own with its pick alone (``app.core.policies.solepick``), so kube-scheduler skips scoring
+    and prioritize as it does for Muster. Without, filter answers every candidate (the
+    in-process verb benchmark)."""
     app = FastAPI(title="null extender")
-    sole = gateway is not None
 
     @app.post("/filter")
     async def null_filter(request: Request) -> Response:
         args = wire.ExtenderArgs.model_validate_json(await request.body())
         names = list(args.NodeNames or ())
-        answer = wire.ExtenderFilterResult(NodeNames=names[:1] if sole else names)
+        answer = wire.ExtenderFilterResult(NodeNames=names[:1] if sole_pick else names)
         return Response(answer.model_dump_json(), media_type="application/json")
 
     @app.post("/prioritize")
@@ -265,7 +265,7 @@ def serve(
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway
 
-        app = create_null_app(KubeGateway(load_api_client(str(kubeconfig))))
+        app = create_null_app(KubeGateway(load_api_client(str(kubeconfig))), sole_pick=True)
     else:
         app = create_null_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -13,7 +13,6 @@ handler takes propagates as it would from the route (Starlette's outermost middl
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
@@ -32,11 +31,20 @@ def post_handlers(routes: Any) -> dict[str, Handler]:
     and nothing else (a route FastAPI must feed parameters to stays with FastAPI)."""
     out: dict[str, Handler] = {}
     for route in routes:
-        if isinstance(route, APIRoute) and "POST" in (route.methods or ()):
-            params = list(inspect.signature(route.endpoint).parameters.values())
-            if len(params) == 1 and params[0].annotation in (Request, "Request"):
-                out[route.path] = cast(Handler, route.endpoint)
+        if isinstance(route, APIRoute) and "POST" in (route.methods or ()) and _bare(route):
+            out[route.path] = cast(Handler, route.endpoint)
     return out
+
+
+def _bare(route: APIRoute) -> bool:
+    """Whether FastAPI feeds ``route``'s handler the request and nothing else (as FastAPI
+    reads the handler's signature: no parameter, body, dependency or other injected value)."""
+    d = route.dependant
+    fed = (d.path_params, d.query_params, d.header_params, d.cookie_params, d.body_params,
+           d.dependencies)  # fmt: skip
+    injected = (d.background_tasks_param_name, d.response_param_name,
+                d.websocket_param_name, d.security_scopes_param_name)  # fmt: skip
+    return d.request_param_name is not None and not any(fed) and not any(injected)
 
 
 class VerbPath:

@@ -67,15 +67,14 @@ def test_benchmark_produces_figures_and_prints_the_table(
     assert 0 < floor.p50 <= floor.p99
 
 
-@pytest.mark.parametrize("binds", [True, False], ids=["e2e-null", "verb-null"])
+@pytest.mark.parametrize("sole_pick", [True, False], ids=["e2e-null", "verb-null"])
 def test_the_null_extender_answers_as_muster_does_for_a_pod_on_its_own(
-    bench: ModuleType, binds: bool
+    bench: ModuleType, sole_pick: bool
 ) -> None:
-    """On a real kube-scheduler (with a gateway) the null filter answers one node, as Muster's
-    sole pick does, so kube-scheduler asks neither its scorers nor prioritize; the in-process
-    verb benchmark's null answers every candidate."""
-    gateway = object() if binds else None  # never called: no /bind request is made
-    with running(bench.create_null_app(gateway)) as client:
+    """On a real kube-scheduler (``--serve null --kubeconfig``) the null filter answers one
+    node, as Muster's sole pick does, so kube-scheduler asks neither its scorers nor
+    prioritize; the in-process verb benchmark's null answers every candidate."""
+    with running(bench.create_null_app(sole_pick=sole_pick)) as client:
         args = {"Pod": pod_json("p", gpu=1), "NodeNames": ["a", "b", "c"]}
         answer = client.post("/filter", json=args).json()
-    assert answer["NodeNames"] == (["a"] if binds else ["a", "b", "c"])
+    assert answer["NodeNames"] == (["a"] if sole_pick else ["a", "b", "c"])
