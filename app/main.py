@@ -58,9 +58,10 @@ def create_app(
         app.include_router(module.router)
     app.include_router(explain.whatif_router)
     # The verbs kube-scheduler posts to skip FastAPI's router and middleware (same answers).
-    app.add_middleware(VerbPath, fastapi=app, handlers=post_handlers(extender.router.routes))
+    verbs = post_handlers(extender.router.routes)
+    app.add_middleware(VerbPath, fastapi=app, handlers=verbs)
     if services.election is not None:  # added last: it runs first, on followers it forwards
-        app.add_middleware(ForwardToLeader, services=lambda: services)
+        app.add_middleware(ForwardToLeader, services=lambda: services, verbs=verbs)
     generate = app.openapi
 
     def document() -> dict[str, Any]:

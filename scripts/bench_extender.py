@@ -501,7 +501,7 @@ def openb_cases(workdir: Path, seed: int = 0) -> list[Case]:
     pod, each with its own reason). Needs the openb trace (``app.sim.tracedata``)."""
     from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trace
     from app.sim.tracedata import openb_dir
-    from scripts.replay_openb import arrival_identity, pod_json, simulate_file_order
+    from scripts.openb_pods import arrival_identity, pod_json, simulate_file_order
 
     folder = openb_dir()
     cluster = folder / DEFAULT_NODES

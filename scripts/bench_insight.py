@@ -8,7 +8,7 @@ Usage::
 The cluster is the openb node list (``app.sim.tracedata``; ``--nodes`` takes its first N).
 Muster's cache knows ``--pods`` pods: ``--bound`` of them (default 80 %) are openb trace pods
 in arrival order (``app.sim.openb.arrival_order``), bound where the trace simulator's loop put
-them (``scripts/replay_openb.simulate_file_order``), running for a while with declared
+them (``scripts/openb_pods.simulate_file_order``), running for a while with declared
 runtimes; the rest are pending gangs of 2 to 16 members of 1 to 8 GPUs. One planner cycle
 runs, so some gangs are planned, one holds room at the head of the line and the rest wait.
 
@@ -77,7 +77,7 @@ from app.sim.openb import DEFAULT_NODES, DEFAULT_TRACE, arrival_order, load_trac
 from app.sim.tracedata import openb_dir  # noqa: E402
 from scripts.bench_extender import make_client  # noqa: E402
 from scripts.benchproc import Latency, child_server, serve_on_loopback  # noqa: E402
-from scripts.replay_openb import arrival_identity, pod_json, simulate_file_order  # noqa: E402
+from scripts.openb_pods import arrival_identity, pod_json, simulate_file_order  # noqa: E402
 
 NAMESPACE = "bench"
 TARGET_P99_MS = {"explain gang": 20.0, "explain pod": 20.0, "what-if": 100.0,

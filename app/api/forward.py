@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import httpx
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,8 +28,6 @@ from app.settings import Settings
 log = logging.getLogger("muster.forward")
 
 
-#: The extender verbs (the paths kube-scheduler posts to).
-VERBS = frozenset({"/filter", "/prioritize", "/preempt", "/bind"})
 #: Marks a forwarded call: it is never forwarded again.
 FORWARDED = "x-muster-forwarded"
 #: Longer than any verb takes on the leader (a bind waits up to the barrier, 4 s by default);
@@ -40,12 +38,16 @@ TIMEOUT = 10.0
 class ForwardToLeader:
     """ASGI middleware: serve the verbs here when leading, else forward them (see module)."""
 
-    def __init__(self, app: ASGIApp, services: Callable[[], Services]) -> None:
+    def __init__(
+        self, app: ASGIApp, services: Callable[[], Services], verbs: Collection[str]
+    ) -> None:
+        """``verbs``: the paths kube-scheduler posts to (the extender router's)."""
         self.app = app
         self._services = services
+        self._verbs = frozenset(verbs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in VERBS:
+        if scope["type"] != "http" or scope["path"] not in self._verbs:
             await self.app(scope, receive, send)
             return
         services = self._services()

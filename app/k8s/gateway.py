@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from app.core.model.errors import GatewayError
-from app.core.model.groupobjects import GroupObject
+from app.core.model.values import GroupObject
 
 log = logging.getLogger("muster.k8s.gateway")
 

@@ -4,7 +4,7 @@ the API server serves.
 Which kinds are served is found by discovery (``GET /apis/GROUP/VERSION``) for every
 ``app.core.model.groupobjects.GROUP_KINDS`` entry, at start and every ``rediscover`` seconds,
 so a CRD installed (or removed) later is picked up (or dropped) without a restart. Each served
-kind gets a list+watch loop (``app.k8s.sync.Reflector``: paged LIST, WATCH from its
+kind gets a list+watch loop (``app.k8s.reflector.Reflector``: paged LIST, WATCH from its
 resourceVersion, relist on 410 Gone) whose objects the core parsers turn into ``GroupObject``
 values for ``ClusterCache.replace_groups`` / ``upsert_groups`` / ``delete_groups``. A kind no
 longer served has its loop stopped and its objects removed from the cache.
@@ -28,9 +28,10 @@ from kubernetes.client import ApiClient, CustomObjectsApi, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 
 from app.core.model.errors import InvalidInput
-from app.core.model.groupobjects import GROUP_KINDS, WORKLOAD, GroupKind, GroupObject, GroupRef
+from app.core.model.groupobjects import GROUP_KINDS, GroupKind
+from app.core.model.values import WORKLOAD, GroupObject, GroupRef
 from app.core.state.cache import ClusterCache
-from app.k8s.sync import LIST_TIMEOUT, Kind, Reflector
+from app.k8s.reflector import LIST_TIMEOUT, Kind, Reflector
 
 log = logging.getLogger("muster.k8s.groups")
 

@@ -27,6 +27,11 @@ def replay_openb() -> Iterator[ModuleType]:
     yield from script_module("replay_openb")
 
 
+@pytest.fixture(scope="module")
+def openb_pods() -> Iterator[ModuleType]:
+    yield from script_module("openb_pods")
+
+
 @pytest.mark.timeout(120)
 def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
     trace, nodes = trace_and_nodes()
@@ -55,7 +60,7 @@ def test_http_replay_matches_the_simulator(replay_openb: ModuleType) -> None:
     assert replay_openb.as_json(report)["ok"] is True
 
 
-def test_pod_json_round_trips_the_trace_row(replay_openb: ModuleType) -> None:
+def test_pod_json_round_trips_the_trace_row(openb_pods: ModuleType) -> None:
     """Every trace row becomes a Pod whose ask is the simulator's (shares, whole GPUs, none)."""
     from app.core.gpu.ask import PodAsk
     from app.core.model.parse import pod_from_dict
@@ -63,20 +68,20 @@ def test_pod_json_round_trips_the_trace_row(replay_openb: ModuleType) -> None:
 
     trace = load_trace(trace_and_nodes()[0])
     for i in range(len(trace)):
-        name, uid = replay_openb.arrival_identity(i, trace, i)
-        pod = pod_from_dict(replay_openb.pod_json(trace, i, name, uid))
+        name, uid = openb_pods.arrival_identity(i, trace, i)
+        pod = pod_from_dict(openb_pods.pod_json(trace, i, name, uid))
         assert PodAsk.of(pod) == trace.ask(i), trace.names[i]
         assert (pod.name, pod.uid) == (name, uid)
 
 
-def test_fraction_text_is_exact(replay_openb: ModuleType) -> None:
-    assert replay_openb.fraction_text(460) == "0.46"
-    assert replay_openb.fraction_text(5) == "0.005"
-    assert all(round(float(replay_openb.fraction_text(m)) * 1000) == m for m in range(1, 1000))
+def test_fraction_text_is_exact(openb_pods: ModuleType) -> None:
+    assert openb_pods.fraction_text(460) == "0.46"
+    assert openb_pods.fraction_text(5) == "0.005"
+    assert all(round(float(openb_pods.fraction_text(m)) * 1000) == m for m in range(1, 1000))
 
 
 def test_gpu_spec_becomes_required_node_affinity_for_gpu_pods_only(
-    replay_openb: ModuleType,
+    openb_pods: ModuleType,
 ) -> None:
     import numpy as np
 
@@ -94,7 +99,7 @@ def test_gpu_spec_becomes_required_node_affinity_for_gpu_pods_only(
         column(250, 1000, 0),
         ("V100M32|G2", "T4", "G2"),
     )
-    pods = [pod_from_dict(replay_openb.pod_json(trace, i, f"p{i}", f"u{i}")) for i in range(3)]
+    pods = [pod_from_dict(openb_pods.pod_json(trace, i, f"p{i}", f"u{i}")) for i in range(3)]
     share, whole, cpu = pods
     assert share.gpu_fraction == 250 and share.annotations["muster.io/gpu-fraction"] == "0.25"
     assert whole.requests.gpu == 2000 and whole.gpu_fraction == 0

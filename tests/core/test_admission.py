@@ -37,8 +37,7 @@ from app.core.admission.workloads import (
 )
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
-from app.core.model.groupobjects import COSCHEDULING, VOLCANO, GroupObject
-from app.core.model.values import Pod, Resources
+from app.core.model.values import COSCHEDULING, VOLCANO, GroupObject, Pod, Resources
 from tests.reviews import (
     apply_patch,
     job_obj,

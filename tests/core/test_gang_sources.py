@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from app.core.cycle.loop import CONFLICT_REASON
 from app.core.insight.explain import explain_pod
-from app.core.model.groupobjects import VOLCANO, GroupObject, coscheduling_podgroup
+from app.core.model.groupobjects import coscheduling_podgroup
+from app.core.model.values import VOLCANO, GroupObject
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
 from app.wiring import Graph, build_cache, build_graph

@@ -12,13 +12,6 @@ import pytest
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import collect_gangs, explicit_queue, gang_spec
 from app.core.model.groupobjects import (
-    COSCHEDULING,
-    KUBERNETES,
-    VOLCANO,
-    WORKLOAD,
-    GroupObject,
-    GroupRef,
-    WorkloadRef,
     coscheduling_podgroup,
     group_refs,
     kubernetes_podgroup,
@@ -26,7 +19,17 @@ from app.core.model.groupobjects import (
     volcano_podgroup,
 )
 from app.core.model.parse import pod_from_dict
-from app.core.model.values import Pod, Resources
+from app.core.model.values import (
+    COSCHEDULING,
+    KUBERNETES,
+    VOLCANO,
+    WORKLOAD,
+    GroupObject,
+    GroupRef,
+    Pod,
+    Resources,
+    WorkloadRef,
+)
 from app.core.state.cache import ClusterCache, queue_key
 from tests.factories import pod, pod_json
 

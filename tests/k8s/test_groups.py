@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client import CoreV1Api
 
 from app.core.model.gang import gang_spec
-from app.core.model.groupobjects import KUBERNETES, VOLCANO, WORKLOAD
+from app.core.model.values import KUBERNETES, VOLCANO, WORKLOAD
 from app.core.state.cache import ClusterCache
 from app.k8s.groups import GroupSync
 from app.k8s.sync import ClusterSync

@@ -10,7 +10,7 @@ import pytest
 
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
-from app.k8s.sync import decode_event, decode_page
+from app.k8s.reflector import decode_event, decode_page
 from tests.scriptload import script_module
 
 

@@ -53,12 +53,12 @@ from app.core.admission.workloads import (
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import gang_spec
-from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
+from app.core.model.groupobjects import group_refs
 from app.core.model.labels import is_label_value, label_safe
 from app.core.model.parse import gpu_fraction
 from app.core.model.quantity import parse_milli
 from app.core.model.status import SUCCESS, Status
-from app.core.model.values import GPU, Pod, Resources
+from app.core.model.values import GPU, GroupObject, GroupRef, Pod, Resources
 
 #: Schedulers whose pods Muster takes over: the default one, and the batch schedulers whose
 #: conventions it translates (their usual ``schedulerName``), so a migrated workload still

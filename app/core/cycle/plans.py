@@ -10,8 +10,7 @@ from enum import StrEnum
 
 from app.core.actions.victims import Unit
 from app.core.model.gang import Gang
-from app.core.model.groupobjects import GroupObject
-from app.core.model.values import Pod
+from app.core.model.values import GroupObject, Pod
 from app.core.state.journal import Kind
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from itertools import compress
 
 from app.core.model import labels
-from app.core.model.groupobjects import KUBERNETES, WORKLOAD, GroupObject, workload_gang
+from app.core.model.groupobjects import workload_gang
 from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
-from app.core.model.values import TERMINAL_PHASES, Pod
+from app.core.model.values import KUBERNETES, TERMINAL_PHASES, WORKLOAD, GroupObject, Pod
 
 
 @dataclass(frozen=True, slots=True)

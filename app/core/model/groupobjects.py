@@ -29,76 +29,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.core.model import labels
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import json_object, json_str
 from app.core.model.quantity import parse_milli
-from app.core.model.values import RESOURCE_NAMES, Resources, WorkloadRef
-
-VOLCANO = "volcano"
-COSCHEDULING = "coscheduling"
-KUBERNETES = "kubernetes"
-WORKLOAD = "workload"
+from app.core.model.values import (
+    COSCHEDULING,
+    KUBERNETES,
+    RESOURCE_NAMES,
+    VOLCANO,
+    WORKLOAD,
+    GroupObject,
+    GroupRef,
+    Resources,
+    WorkloadRef,
+)
 
 #: Pod keys naming a Volcano / coscheduling PodGroup.
 VOLCANO_GROUP_KEY = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_KEY = "scheduling.x-k8s.io/pod-group"
-
-
-class GroupRef(NamedTuple):
-    """Which object a pod names: ``source`` (``VOLCANO`` ...), namespace and group name.
-
-    For a Workload's pod group the name is ``WORKLOAD:GROUP`` (see ``GroupObject.name``).
-    """
-
-    source: str
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupObject:
-    """One gang as an API object declares it.
-
-    ``name`` is what pods name: the object's name, or ``WORKLOAD:GROUP`` for one pod group of
-    a Workload (``object_name`` is then the Workload's name). ``gang`` is false for a policy
-    that asks for no gang (Kubernetes' ``basic``). ``problem`` says why the object cannot be
-    used as it stands (its members then wait, as for bad labels). ``priority`` is the value
-    the object states or its priority class resolves to (``None``: unknown).
-    """
-
-    source: str
-    namespace: str
-    name: str
-    kind: str
-    api_version: str
-    object_name: str
-    uid: str = ""
-    gang: bool = True
-    min_member: int | None = None
-    queue: str = ""
-    priority_class: str = ""
-    priority: int | None = None
-    timeout: float | None = None
-    min_resources: Resources | None = None
-    problem: str = ""
-
-    @property
-    def ref(self) -> GroupRef:
-        """The reference pods use."""
-        return GroupRef(self.source, self.namespace, self.name)
-
-    @property
-    def display(self) -> str:
-        """``PodGroup.scheduling.volcano.sh team-a/pg1`` (``Workload.scheduling.k8s.io
-        team-a/train, pod group workers`` for a Workload's group)."""
-        group = self.api_version.split("/", 1)[0]
-        text = f"{self.kind}.{group} {self.namespace}/{self.object_name}"
-        if self.source == WORKLOAD:
-            text += f", pod group {self.name.split(':', 2)[1]}"
-        return text
 
 
 #: ``(raw object, apiVersion) -> every gang it declares``; raises ``InvalidInput`` naming the

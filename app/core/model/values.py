@@ -9,10 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from app.core.model.groupobjects import GroupObject
+from typing import NamedTuple
 
 GPU = "nvidia.com/gpu"
 CPU = "cpu"
@@ -52,6 +49,67 @@ class Resources(NamedTuple):
     def max(self, other: Resources) -> Resources:
         """Element-wise maximum."""
         return Resources(*(max(a, b) for a, b in zip(self, other, strict=True)))
+
+
+#: Where a gang object comes from (``GroupObject.source``, ``GroupRef.source``).
+VOLCANO = "volcano"
+COSCHEDULING = "coscheduling"
+KUBERNETES = "kubernetes"
+WORKLOAD = "workload"
+
+
+class GroupRef(NamedTuple):
+    """Which object a pod names: ``source`` (``VOLCANO`` ...), namespace and group name.
+
+    For a Workload's pod group the name is ``WORKLOAD:GROUP`` (see ``GroupObject.name``).
+    """
+
+    source: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupObject:
+    """One gang as an API object declares it.
+
+    ``name`` is what pods name: the object's name, or ``WORKLOAD:GROUP`` for one pod group of
+    a Workload (``object_name`` is then the Workload's name). ``gang`` is false for a policy
+    that asks for no gang (Kubernetes' ``basic``). ``problem`` says why the object cannot be
+    used as it stands (its members then wait, as for bad labels). ``priority`` is the value
+    the object states or its priority class resolves to (``None``: unknown).
+    """
+
+    source: str
+    namespace: str
+    name: str
+    kind: str
+    api_version: str
+    object_name: str
+    uid: str = ""
+    gang: bool = True
+    min_member: int | None = None
+    queue: str = ""
+    priority_class: str = ""
+    priority: int | None = None
+    timeout: float | None = None
+    min_resources: Resources | None = None
+    problem: str = ""
+
+    @property
+    def ref(self) -> GroupRef:
+        """The reference pods use."""
+        return GroupRef(self.source, self.namespace, self.name)
+
+    @property
+    def display(self) -> str:
+        """``PodGroup.scheduling.volcano.sh team-a/pg1`` (``Workload.scheduling.k8s.io
+        team-a/train, pod group workers`` for a Workload's group)."""
+        group = self.api_version.split("/", 1)[0]
+        text = f"{self.kind}.{group} {self.namespace}/{self.object_name}"
+        if self.source == WORKLOAD:
+            text += f", pod group {self.name.split(':', 2)[1]}"
+        return text
 
 
 ZERO = Resources()

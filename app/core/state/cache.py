@@ -30,12 +30,12 @@ from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, fits_mask, usable
 from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall
 from app.core.model.errors import BindRejected
 from app.core.model.gang import explicit_queue, gang_spec
-from app.core.model.groupobjects import GroupObject, GroupRef, group_refs
+from app.core.model.groupobjects import group_refs
 from app.core.model.labels import OWN_NOTES
 from app.core.model.podfacts import derive_ahead
 from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
-from app.core.model.values import RESOURCE_NAMES, Node, Pod, Resources
+from app.core.model.values import RESOURCE_NAMES, GroupObject, GroupRef, Node, Pod, Resources
 from app.core.state.domains import DEFAULT_TREES
 from app.core.state.nodetable import NodeTable
 from app.core.state.recent import RecentKeys

@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from app.core.model.errors import GatewayError
-from app.core.model.groupobjects import GroupObject
 from app.core.model.labels import GPU_IDS
 from app.core.model.parse import gpu_ids
-from app.core.model.values import Pod
+from app.core.model.values import GroupObject, Pod
 from app.core.state.cache import ClusterCache
 
 
