@@ -20,6 +20,9 @@ a fresh cache (median and best reported):
   the never-seen pods in a cache of the nodes, and of that the facts derived ahead; and
   storing the nodes, of which the topology tree a cycle reads, derived ahead as well
   (``ClusterCache(nodes_ahead=...)``, once per node set);
+* **a node changed** (the watch path's, untimed in the cycle rows): a node cordoned, as the
+  watch brings it, in a cache of the nodes and pods (its tree and GPU records stay as they
+  are), against a node added (a new node set: both built again), per node;
 * **after one change**: one more cycle after one planned gang's pods are deleted (the
   steady state: a cycle after an event);
 * **after one arrival**: every plan's pods bound, then one more gang arrives and a cycle runs;
@@ -79,7 +82,7 @@ from app.core.model.parse import node_from_dict, pod_from_dict  # noqa: E402
 from app.core.model.podfacts import derive_ahead  # noqa: E402
 from app.core.model.values import Node, Pod  # noqa: E402
 from app.core.state.cache import ClusterCache  # noqa: E402
-from app.core.state.domains import DEFAULT_TREES  # noqa: E402
+from app.core.state.domains import DEFAULT_KEYS, trees_ahead  # noqa: E402
 from app.core.state.gateway import InMemoryGateway  # noqa: E402
 from app.core.verbs.extender import Extender  # noqa: E402
 from app.server import SWITCH_INTERVAL, freeze_heap  # noqa: E402
@@ -197,12 +200,31 @@ def storing(
     spent deriving their facts ahead, on pod objects never seen before; ms to store
     ``nodes`` in an empty cache, ms of that spent deriving their topology tree ahead)."""
     times, node_times = [], []
-    for ahead, trees in ((derive_ahead, DEFAULT_TREES), (lambda pods: None, lambda table: None)):
+    for ahead, trees in (
+        (derive_ahead, trees_ahead(DEFAULT_KEYS)),  # its own: the last tree is not reused
+        (lambda pods: None, lambda table: None),
+    ):
         cache = ClusterCache(ahead=ahead, nodes_ahead=trees)
         node_times.append(timed(lambda: cache.upsert_nodes(nodes)))  # noqa: B023 - called at once
         pods = make_gangs(gangs, size, queues)
         times.append(timed(lambda: cache.upsert_pods(pods)))  # noqa: B023 - called at once
     return times[0], times[0] - times[1], node_times[0], node_times[0] - node_times[1]
+
+
+def node_changes(nodes: list[Node], pods: list[Pod], count: int = 50) -> tuple[float, float]:
+    """(ms per node cordoned, ms per node added) as the watch brings each, in a cache of
+    ``nodes`` and ``pods`` with the server's topology tree derived ahead: a cordon keeps the
+    node set's rows, names and topology labels (its tree and devices stay as they are), a
+    new node makes a new node set (tree and devices built again)."""
+    cache = ClusterCache(nodes_ahead=trees_ahead(DEFAULT_KEYS))
+    cache.upsert_nodes(nodes)
+    cache.upsert_pods(pods)
+    cordoned = timed(
+        lambda: [cache.upsert_node(replace(n, unschedulable=True)) for n in nodes[:count]]
+    )
+    extra = make_nodes(len(nodes) + count)[len(nodes) :]
+    added = timed(lambda: [cache.upsert_node(n) for n in extra])
+    return cordoned / count, added / count
 
 
 def one_run(
@@ -442,6 +464,13 @@ def main(argv: list[str] | None = None) -> int:
         f"storing the {len(nodes)} nodes in an empty cache: {node_whole:.1f} ms, of which "
         f"{tree:.1f} ms derive their topology tree ahead (the watch path's, once per node set; "
         "untimed above)"
+    )
+    changes = [node_changes(nodes, pods) for _ in range(args.repeat)]
+    cordon, add = (statistics.median(x) for x in zip(*changes, strict=True))
+    print(
+        f"a node changed in a cache of {len(nodes)} nodes and {len(pods)} pods (the watch "
+        f"path's, untimed above): cordoned {cordon:.2f} ms, added {add:.2f} ms "
+        f"({cordon / add:.2f}x: a cordon keeps the tree and the devices as they are)"
     )
     waiting = len(make_gangs(args.gangs, 1, 1)) - planned[0]
     print(

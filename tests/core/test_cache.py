@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from app.core.model.errors import BindRejected
-from app.core.model.labels import GPU_IDS
+from app.core.model.labels import GPU_IDS, GPU_TOPOLOGY
+from app.core.model.parse import node_from_dict
 from app.core.model.values import Node, Pod, Resources
 from app.core.state.cache import ClusterCache
 from app.core.state.statement import Hold, Release, Reserve, Statement
@@ -213,6 +214,26 @@ def test_node_update_and_delete() -> None:
     assert view.used_of("b").gpu == 1000 and view.free_of("b").gpu == 3000
     cache.replace_nodes([node("c")])
     assert [n.name for n in cache.view().nodes] == ["c"]
+
+
+def test_only_a_node_change_muster_reads_is_a_change() -> None:
+    """Agents write their own annotations on nodes often; as the watch brings such a write it
+    changes nothing in the cache (no generation, so no cycle), a topology annotation does."""
+
+    def node_json(notes: dict[str, str]) -> dict[str, object]:
+        return {
+            "metadata": {"name": "a", "annotations": notes},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "8"}},
+        }
+
+    cache = ClusterCache()
+    assert cache.upsert_node(node_from_dict(node_json({"calico/ip": "10.0.0.1"})))
+    generation = cache.generation
+    assert not cache.upsert_node(node_from_dict(node_json({"calico/ip": "10.0.0.2"})))
+    assert cache.generation == generation
+    topology = {"calico/ip": "10.0.0.2", GPU_TOPOLOGY: "nvlink:0-3,4-7"}
+    assert cache.upsert_node(node_from_dict(node_json(topology)))
+    assert cache.generation > generation
 
 
 def test_replace_pods_keeps_binds_in_flight() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.core.gpu.ledger import MILLI, DeviceLedger
+from app.core.gpu.ledger import MILLI, DeviceLedger, device_count
 from app.core.gpu.links import GpuTopology, to_annotation
 from app.core.model.labels import GPU_IDS, GPU_TOPOLOGY
 from app.core.model.values import Node, Pod
@@ -218,6 +218,35 @@ def test_restart_rebuilds_the_same_devices_from_annotations() -> None:
     assert (fresh.view().gpu_free == cache.view().gpu_free).all()
 
 
+def test_a_node_changed_in_place_keeps_its_devices_as_they_are() -> None:
+    """A cordon, a taint, a label or a topology annotation leaves every device and what holds
+    it as it was (the ledger takes the new node versions in place); a new device count
+    re-aligns, as a fresh cache from the same nodes and pods would."""
+    cache, _, _ = run_case(CASES[3])
+    pods = [p for p in cache.snapshot().pods.values() if p.node_name]
+    before = ({p.uid: cache.devices_of(p.uid) for p in pods}, cache.view().gpu_free.copy())
+    nodes = list(cache.view().nodes)
+    count = device_count(nodes[0])
+    topology = to_annotation(GpuTopology(count, (0,) * count, (frozenset(range(count)),)))
+    changes = [
+        replace(nodes[0], unschedulable=True),
+        replace(nodes[-1], labels={**nodes[-1].labels, "zone": "b"}),
+        replace(nodes[0], annotations={GPU_TOPOLOGY: topology}),
+    ]
+    for changed in changes:
+        assert cache.upsert_node(changed)
+        assert {p.uid: cache.devices_of(p.uid) for p in pods} == before[0]
+        assert (cache.view().gpu_free == before[1]).all()
+        assert cache.view().nodes[cache.view().index[changed.name]] is changed
+    grown = replace(nodes[-1], allocatable=nodes[-1].allocatable._replace(gpu=16 * MILLI))
+    cache.upsert_node(grown)
+    fresh = ClusterCache()
+    fresh.upsert_nodes([*changes[:1], *nodes[1:-1], grown])
+    fresh.upsert_pods(pods)
+    assert (fresh.view().gpu_free == cache.view().gpu_free).all()
+    assert all(fresh.devices_of(p.uid) == cache.devices_of(p.uid) for p in pods)
+
+
 def test_pods_bound_elsewhere_are_counted_even_when_they_overcommit() -> None:
     cache = ClusterCache()
     cache.upsert_nodes([gpu_node("n", 1)])
@@ -332,3 +361,21 @@ def test_the_policy_sees_the_gpu_models_a_pod_allows() -> None:
     chosen = pod(gpu=1, node_selector={"nvidia.com/gpu.product": "B"},
                  affinity_terms=terms(["A", "B"]))  # fmt: skip
     assert gpu_models(chosen) == {"B"}
+
+
+def test_a_renewed_node_guides_the_next_choice_with_its_new_topology() -> None:
+    plain = gpu_node("n", 8)
+    linked = replace(
+        plain,
+        annotations={GPU_TOPOLOGY: to_annotation(GpuTopology(8, (0,) * 8, (frozenset({6, 7}),)))},
+    )
+    two = pod("p", gpu=2)
+    ledger = DeviceLedger()
+    ledger.set_nodes([plain], {})
+    unlinked_choice = ledger.choose("n", two)
+    assert ledger.renew_nodes([linked], [0])
+    fresh = DeviceLedger()
+    fresh.set_nodes([linked], {})
+    assert ledger.choose("n", two) == fresh.choose("n", two) == (6, 7) != unlinked_choice
+    assert not ledger.renew_nodes([replace(linked, allocatable=gpu_node("n", 4).allocatable)], [0])
+    assert not ledger.renew_nodes([gpu_node("m", 8)], [0])

@@ -150,6 +150,14 @@ def test_node_prefers_allocatable_and_reads_taints() -> None:
     assert node.taints[0].effect == "NoExecute"
 
 
+def test_a_node_keeps_musters_own_annotations_only() -> None:
+    notes = {"muster.io/gpu-topology": "nvlink:0-7", "flannel.alpha.coreos.com/public-ip": "x"}
+    node = node_from_dict({"metadata": {"name": "n", "annotations": notes}})
+    assert node.annotations == {"muster.io/gpu-topology": "nvlink:0-7"}
+    with pytest.raises(InvalidInput, match=r"Node.metadata.annotations.other"):
+        node_from_dict({"metadata": {"name": "n", "annotations": {"other": 1}}})
+
+
 def test_node_falls_back_to_capacity() -> None:
     node = node_from_dict({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}})
     assert node.allocatable.cpu == 4000

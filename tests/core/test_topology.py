@@ -20,7 +20,7 @@ from app.core.actions.allocate import allocate
 from app.core.cycle.plans import Why
 from app.core.insight.explain import explain_gang
 from app.core.model.categories import Category
-from app.core.model.values import Node, Pod
+from app.core.model.values import Node, Pod, Taint
 from app.core.state.domains import DEFAULT_KEYS, Tree, ask_of, build, pod_ask
 from app.services import build_services
 from app.settings import Settings
@@ -487,6 +487,45 @@ def test_no_cycle_builds_the_tree_of_the_configured_keys(
     assert built == []
     domains.tree_for(cache.view().table, ("other",))
     assert built == [("other",)]
+
+
+def test_a_node_change_outside_the_topology_keeps_the_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node cordoned, tainted or relabelled outside the topology keys leaves the tree of
+    the new node set as it was, without a build; a topology label, a new node or a new name
+    order builds it again. Either way the tree is what building it afresh gives."""
+    from app.core.state import domains
+    from app.wiring import build_cache
+
+    cache = build_cache(Settings())
+    nodes = nodes_of([("a", "x/y/z/a", 8, 0), ("b", "x/y/w/b", 8, 0), ("c", "x/v/u/c", 8, 0)])
+    cache.upsert_nodes(nodes)
+    built: list[int] = []
+    real = domains.build
+    monkeypatch.setattr(domains, "build", lambda table, k: built.append(1) or real(table, k))
+
+    def tree() -> Tree:
+        return domains.tree_for(cache.view().table, DEFAULT_KEYS)
+
+    def same_as_afresh(found: Tree) -> bool:
+        afresh = real(cache.view().table, DEFAULT_KEYS)
+        return found.node_names == afresh.node_names and (found.ids == afresh.ids).all()
+
+    first = tree()
+    for change in (
+        replace(nodes[0], unschedulable=True),
+        replace(nodes[1], labels={**nodes[1].labels, "team": "a"}),
+        replace(nodes[2], taints=(Taint("gpu", "bad", "NoSchedule"),)),
+    ):
+        cache.upsert_node(change)
+        assert tree() is first and same_as_afresh(first)
+    assert built == []
+    block = "network.topology.nvidia.com/block"
+    cache.upsert_node(replace(nodes[1], labels={**nodes[1].labels, block: "z"}))
+    assert tree() is not first and same_as_afresh(tree()) and built == [1]
+    cache.upsert_nodes(nodes_of([("d", "x/y/z/d", 8, 0)]))
+    assert same_as_afresh(tree()) and built == [1, 1]
 
 
 def test_a_replanned_member_of_a_required_gang_stays_in_the_domain() -> None:

@@ -139,6 +139,22 @@ class DeviceLedger:
             if pod is not None:
                 self.place(uid, h.node, pod, h.devices)
 
+    def renew_nodes(self, nodes: Sequence[Node], rows: Iterable[int]) -> bool:
+        """Take the new versions of the nodes at ``rows`` (the same names on the same rows)
+        if none of them has another number of devices now: a node's devices do not change
+        with its labels, taints or cordon, so every device stays as free as it is and every
+        pod keeps its devices (the new topology, if any, guides the next choices). False
+        (nothing done) otherwise: ``set_nodes`` re-aligns then."""
+        rows = list(rows)
+        if len(nodes) != len(self._nodes) or any(
+            nodes[r].name != self._nodes[r].name or device_count(nodes[r]) != self._counts[r]
+            for r in rows
+        ):
+            return False
+        for r in rows:
+            self._nodes[r] = nodes[r]
+        return True
+
     def _row(self, i: int) -> np.ndarray:
         """Row ``i``'s devices (a view: ``take``/``give`` write through)."""
         return self._free[i, : self._counts[i]]

@@ -313,6 +313,16 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
     )
 
 
+def _own_notes(value: Any, field: str) -> dict[str, str]:
+    """The ``muster.io/`` entries of an annotation map (every entry is still checked).
+    Agents write other annotations on nodes often (network plugins, autoscalers, operators):
+    kept, each such write would look like a new node to the cache and the planner."""
+    notes = _str_map(value, field)
+    if all(key.startswith(labels.PREFIX) for key in notes):
+        return notes
+    return {key: text for key, text in notes.items() if key.startswith(labels.PREFIX)}
+
+
 def _unschedulable(value: Any, field: str) -> bool:
     """Whether a pod's conditions say kube-scheduler failed to place it (``PodScheduled``
     ``False``)."""
@@ -395,7 +405,8 @@ def gpu_ids(text: str) -> tuple[int, ...]:
 
 
 def node_from_dict(data: Any, field: str = "Node") -> Node:
-    """Build a ``Node`` from its API JSON (allocatable, else capacity; labels; taints)."""
+    """Build a ``Node`` from its API JSON (allocatable, else capacity; labels; taints; Muster's
+    own annotations)."""
     data = json_object(data, field)
     meta = json_object(data.get("metadata"), f"{field}.metadata")
     spec = json_object(data.get("spec"), f"{field}.spec")
@@ -426,7 +437,7 @@ def node_from_dict(data: Any, field: str = "Node") -> Node:
         if allocatable is None
         else resources_from_map(allocatable, f"{field}.status.allocatable"),
         labels=_str_map(meta.get("labels"), f"{field}.metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), f"{field}.metadata.annotations"),
+        annotations=_own_notes(meta.get("annotations"), f"{field}.metadata.annotations"),
         taints=tuple(taints),
         unschedulable=bool(unschedulable),
     )

@@ -166,6 +166,8 @@ class Node:
     name: str
     allocatable: Resources
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Muster's own annotations (``muster.io/...``, e.g. the GPU topology) only: a node's
+    #: other annotations are never read, so a change to them is no change to the node.
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False

@@ -615,6 +615,7 @@ class ClusterCache:
         alloc = self._alloc.copy()
         special = self._special.copy()
         appended: list[Node] = []
+        rows: list[int] = []
         for node in changed:
             i = new_index.get(node.name)
             if i is None:
@@ -624,6 +625,7 @@ class ClusterCache:
                 new_nodes[i] = node
                 alloc[i] = node.allocatable
                 special[i] = _is_special(node)
+                rows.append(i)
         if appended:
             alloc = np.vstack([alloc, np.array([n.allocatable for n in appended], np.int64)])
             special = np.concatenate([special, [_is_special(n) for n in appended]])
@@ -631,7 +633,10 @@ class ClusterCache:
             self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
             new_nodes.extend(appended)
         self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
-        self._devices.set_nodes(self._nodes, self._pods)
+        # A node changed in place keeps its devices' state (most node changes: a cordon, a
+        # taint, a label); re-placing every holding pod costs milliseconds at 5,000 nodes.
+        if appended or not self._devices.renew_nodes(self._nodes, rows):
+            self._devices.set_nodes(self._nodes, self._pods)
         self._table = None
         self._bump()
         return True

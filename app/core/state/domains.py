@@ -26,6 +26,7 @@ the same object until nodes change).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import overload
@@ -33,7 +34,7 @@ from typing import overload
 import numpy as np
 
 from app.core.model import labels
-from app.core.model.values import Pod
+from app.core.model.values import Node, Pod
 from app.core.state.nodetable import NodeTable, is_none
 
 #: The default levels, broadest first.
@@ -269,16 +270,39 @@ def tree_for(table: NodeTable, keys: Sequence[str]) -> Tree:
 def trees_ahead(keys: Sequence[str]) -> Callable[[NodeTable], None]:
     """What a cache derives of each new node set as the watch brings it
     (``ClusterCache(nodes_ahead=...)``): its tree under ``keys``, which the next cycle
-    reads (``tree_for``), so that no cycle builds it."""
+    reads (``tree_for``), so that no cycle builds it.
+
+    A node set whose names (row by row) and ``keys`` labels are those of the last one's (a
+    node cordoned, tainted, its allocatable or other labels changed: most node changes) gets
+    the last one's tree, which is exactly what building it would give: at 5,000 nodes a
+    build takes milliseconds of the watch thread per node change, a comparison of the two
+    sets a fraction of one (unchanged rows are the very same objects)."""
     keys = tuple(keys)
+    lock = threading.Lock()
+    last: list[tuple[tuple[Node, ...], Tree]] = []
 
     def derive(table: NodeTable) -> None:
-        try:
-            tree_for(table, keys)
-        except Exception:  # noqa: BLE001 - the cycle builds it again and meets the error there
-            return
+        with lock:
+            try:
+                if last and same_domains(last[0][0], table.nodes, keys):
+                    kept = last[0][1]
+                    tree = table.derived(("tree", keys), lambda: kept)
+                else:
+                    tree = tree_for(table, keys)
+            except Exception:  # noqa: BLE001 - the cycle builds it again and meets the error there
+                return
+            last[:] = [(table.nodes, tree)]
 
     return derive
+
+
+def same_domains(old: Sequence[Node], new: Sequence[Node], keys: Sequence[str]) -> bool:
+    """Whether two node sets have the same names row by row and the same ``keys`` labels:
+    then their trees under ``keys`` are the same."""
+    return len(old) == len(new) and all(
+        a is b or (a.name == b.name and all(a.labels.get(k) == b.labels.get(k) for k in keys))
+        for a, b in zip(old, new, strict=True)
+    )
 
 
 #: ``trees_ahead`` of the planner's default keys.
