@@ -200,7 +200,8 @@ class Tree:
     def largest(self, level: int, allocatable: np.ndarray) -> np.ndarray:
         """Per resource, the most any one domain at ``level`` holds of ``allocatable`` (the
         node table's, rows x resources): what no gang bigger than it could ever get there.
-        Remembered per level (a tree belongs to one node table)."""
+        Remembered per level for the last ``allocatable`` asked about (node sets of the same
+        names and topology labels share one tree, and their allocatable may differ)."""
         memo = self._largest.get(level)
         if memo is None or memo[0] is not allocatable:
             most = self.sums(level, allocatable).max(axis=0, initial=0)
