@@ -34,6 +34,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from app.core.model.errors import InvalidInput
 
+# The watch loops log as they did before they left app.k8s.sync (log filters name it).
 log = logging.getLogger("muster.k8s.sync")
 
 PAGE_SIZE = 500
