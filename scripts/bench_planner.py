@@ -20,6 +20,8 @@ a fresh cache (median and best reported):
   the never-seen pods in a cache of the nodes, and of that the facts derived ahead; and
   storing the nodes, of which the topology tree a cycle reads, derived ahead as well
   (``ClusterCache(nodes_ahead=...)``, once per node set);
+* **nodes after their pods**: the nodes stored in a cache that already holds the pods bound
+  across them (the pod LIST ended first, at start), against an empty cache;
 * **a node changed** (the watch path's, untimed in the cycle rows): a node cordoned, as the
   watch brings it, in a cache of the nodes and pods (its tree and GPU records stay as they
   are), against a node added (a new node set: both built again), per node;
@@ -225,6 +227,20 @@ def node_changes(nodes: list[Node], pods: list[Pod], count: int = 50) -> tuple[f
     extra = make_nodes(len(nodes) + count)[len(nodes) :]
     added = timed(lambda: [cache.upsert_node(n) for n in extra])
     return cordoned / count, added / count
+
+
+def nodes_after_pods(nodes: list[Node], pods: list[Pod]) -> tuple[float, float]:
+    """(ms to store ``nodes`` in a cache already holding ``pods`` bound across them, as when
+    the pod LIST ends before the node LIST; ms to store them in an empty cache)."""
+    bound = [
+        replace(p, node_name=nodes[i % len(nodes)].name, phase="Running")
+        for i, p in enumerate(pods)
+    ]
+    cache = ClusterCache(nodes_ahead=lambda table: None)
+    cache.upsert_pods(bound)
+    after = timed(lambda: cache.upsert_nodes(nodes))
+    alone = timed(lambda: ClusterCache(nodes_ahead=lambda table: None).upsert_nodes(nodes))
+    return after, alone
 
 
 def one_run(
@@ -471,6 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         f"a node changed in a cache of {len(nodes)} nodes and {len(pods)} pods (the watch "
         f"path's, untimed above): cordoned {cordon:.2f} ms, added {add:.2f} ms "
         f"({cordon / add:.2f}x: a cordon keeps the tree and the devices as they are)"
+    )
+    late = [nodes_after_pods(nodes, pods) for _ in range(args.repeat)]
+    after_pods, alone = (statistics.median(x) for x in zip(*late, strict=True))
+    print(
+        f"storing the {len(nodes)} nodes after the {len(pods)} pods bound across them (the "
+        f"pod LIST ended first): {after_pods:.1f} ms, in an empty cache {alone:.1f} ms "
+        f"({after_pods / alone:.1f}x)"
     )
     waiting = len(make_gangs(args.gangs, 1, 1)) - planned[0]
     print(

@@ -51,6 +51,25 @@ def test_pod_seen_before_its_node_is_counted_when_node_arrives() -> None:
     assert gpus_used(cache, "late") == 2
 
 
+def test_nodes_after_their_pods_count_what_those_pods_use() -> None:
+    """The pod LIST may end before the node LIST: nodes added in one batch then count what
+    the pods placed on them use, as when the nodes came first."""
+    names = ["a", "b", "c", "d"]
+    pods = [
+        pod(f"p{i}", gpu=1 + i % 3, cpu=f"{100 * (i % 4) + 100}m", node=names[i % 3])
+        for i in range(9)
+    ]
+    nodes = [node(n, gpus=8) for n in names]
+    late, early = ClusterCache(), ClusterCache()
+    late.upsert_pods(pods)
+    late.upsert_nodes(nodes)
+    early.upsert_nodes(nodes)
+    early.upsert_pods(pods)
+    assert (late.view().used == early.view().used).all()
+    assert [late.view().used_of(n) for n in names] == [early.view().used_of(n) for n in names]
+    assert late.view().used_of("d") == Resources()
+
+
 def test_assume_then_confirm() -> None:
     cache = ClusterCache()
     cache.upsert_node(node("a", gpus=4))

@@ -629,7 +629,8 @@ class ClusterCache:
         if appended:
             alloc = np.vstack([alloc, np.array([n.allocatable for n in appended], np.int64)])
             special = np.concatenate([special, [_is_special(n) for n in appended]])
-            used_rows = [self._usage_of(n.name) for n in appended]
+            usage = self._usage_on({n.name for n in appended})
+            used_rows = [usage.get(n.name, Resources()) for n in appended]
             self._used = np.vstack([self._used, np.array(used_rows, np.int64).reshape(-1, _R)])
             new_nodes.extend(appended)
         self._nodes, self._index, self._alloc, self._special = new_nodes, new_index, alloc, special
@@ -660,12 +661,18 @@ class ClusterCache:
         self._table = None
         self._bump()
 
-    def _usage_of(self, node: str) -> Resources:
-        total = Resources()
+    def _usage_on(self, nodes: set[str]) -> dict[str, Resources]:
+        """What the pods placed on each of ``nodes`` request together, in one pass over the
+        placements (pods listed before their nodes, as at start when the pod LIST ends
+        first: a pass per node made adding 2,000 nodes under 16,000 such pods take 1 s)."""
+        usage: dict[str, Resources] = {}
+        pods = self._pods
         for uid, where in self._placement.items():
-            if where == node:
-                total = total + self._pods[uid].requests
-        return total
+            if where in nodes:
+                before = usage.get(where)
+                requests = pods[uid].requests
+                usage[where] = requests if before is None else before + requests
+        return usage
 
     # -- pods ----------------------------------------------------------------------------
 
