@@ -243,6 +243,12 @@ def nodes_after_pods(nodes: list[Node], pods: list[Pod]) -> tuple[float, float]:
     return after, alone
 
 
+def medians(measure: Callable[[], tuple[float, ...]], repeat: int) -> list[float]:
+    """Each figure of ``measure()``'s tuple, median of ``repeat`` calls."""
+    runs = [measure() for _ in range(repeat)]
+    return [statistics.median(x) for x in zip(*runs, strict=True)]
+
+
 def one_run(
     nodes: list[Node], pods: list[Pod]
 ) -> tuple[float, float, float, float, float, float, int]:
@@ -469,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         base,
         width=26,
     )
-    stored = [storing(nodes, args.gangs, args.size, args.queues) for _ in range(args.repeat)]
-    whole, ahead, node_whole, tree = (statistics.median(x) for x in zip(*stored, strict=True))
+    whole, ahead, node_whole, tree = medians(
+        lambda: storing(nodes, args.gangs, args.size, args.queues), args.repeat
+    )
     print(
         f"storing the {len(pods)} pods (never seen) in the cache: {whole:.1f} ms, of which "
         f"{ahead:.1f} ms derive their facts ahead (the watch path's, once per pod version; "
@@ -481,15 +488,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{tree:.1f} ms derive their topology tree ahead (the watch path's, once per node set; "
         "untimed above)"
     )
-    changes = [node_changes(nodes, pods) for _ in range(args.repeat)]
-    cordon, add = (statistics.median(x) for x in zip(*changes, strict=True))
+    cordon, add = medians(lambda: node_changes(nodes, pods), args.repeat)
     print(
         f"a node changed in a cache of {len(nodes)} nodes and {len(pods)} pods (the watch "
         f"path's, untimed above): cordoned {cordon:.2f} ms, added {add:.2f} ms "
         f"({cordon / add:.2f}x: a cordon keeps the tree and the devices as they are)"
     )
-    late = [nodes_after_pods(nodes, pods) for _ in range(args.repeat)]
-    after_pods, alone = (statistics.median(x) for x in zip(*late, strict=True))
+    after_pods, alone = medians(lambda: nodes_after_pods(nodes, pods), args.repeat)
     print(
         f"storing the {len(nodes)} nodes after the {len(pods)} pods bound across them (the "
         f"pod LIST ended first): {after_pods:.1f} ms, in an empty cache {alone:.1f} ms "
