@@ -23,8 +23,9 @@ a fresh cache (median and best reported):
 * **nodes after their pods**: the nodes stored in a cache that already holds the pods bound
   across them (the pod LIST ended first, at start), against an empty cache;
 * **a node changed** (the watch path's, untimed in the cycle rows): a node cordoned, as the
-  watch brings it, in a cache of the nodes and pods (its tree and GPU records stay as they
-  are), against a node added (a new node set: both built again), per node;
+  watch brings it, in a cache of the nodes and the pods bound across them (its tree and GPU
+  records stay as they are), against a node added (a new node set: both built again), and a
+  node deleted (its row goes), per node;
 * **after one change**: one more cycle after one planned gang's pods are deleted (the
   steady state: a cycle after an event);
 * **after one arrival**: every plan's pods bound, then one more gang arrives and a cycle runs;
@@ -213,20 +214,27 @@ def storing(
     return times[0], times[0] - times[1], node_times[0], node_times[0] - node_times[1]
 
 
-def node_changes(nodes: list[Node], pods: list[Pod], count: int = 50) -> tuple[float, float]:
-    """(ms per node cordoned, ms per node added) as the watch brings each, in a cache of
-    ``nodes`` and ``pods`` with the server's topology tree derived ahead: a cordon keeps the
-    node set's rows, names and topology labels (its tree and devices stay as they are), a
-    new node makes a new node set (tree and devices built again)."""
+def node_changes(
+    nodes: list[Node], pods: list[Pod], count: int = 50
+) -> tuple[float, float, float]:
+    """(ms per node cordoned, per node added, per node deleted) as the watch brings each, in
+    a cache of ``nodes`` and ``pods`` (bound across them) with the server's topology tree
+    derived ahead: a cordon keeps the node set's rows, names and topology labels (its tree
+    and devices stay as they are), a new node makes a new node set (tree and devices built
+    again), a deleted node takes its row away (a new tree; the other devices stay)."""
     cache = ClusterCache(nodes_ahead=trees_ahead(DEFAULT_KEYS))
     cache.upsert_nodes(nodes)
-    cache.upsert_pods(pods)
+    cache.upsert_pods(
+        replace(p, node_name=nodes[i % len(nodes)].name, phase="Running")
+        for i, p in enumerate(pods)
+    )
     cordoned = timed(
         lambda: [cache.upsert_node(replace(n, unschedulable=True)) for n in nodes[:count]]
     )
     extra = make_nodes(len(nodes) + count)[len(nodes) :]
     added = timed(lambda: [cache.upsert_node(n) for n in extra])
-    return cordoned / count, added / count
+    deleted = timed(lambda: [cache.delete_node(n.name) for n in nodes[-count:]])
+    return cordoned / count, added / count, deleted / count
 
 
 def nodes_after_pods(nodes: list[Node], pods: list[Pod]) -> tuple[float, float]:
@@ -488,11 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{tree:.1f} ms derive their topology tree ahead (the watch path's, once per node set; "
         "untimed above)"
     )
-    cordon, add = medians(lambda: node_changes(nodes, pods), args.repeat)
+    cordon, add, delete = medians(lambda: node_changes(nodes, pods), args.repeat)
     print(
-        f"a node changed in a cache of {len(nodes)} nodes and {len(pods)} pods (the watch "
-        f"path's, untimed above): cordoned {cordon:.2f} ms, added {add:.2f} ms "
-        f"({cordon / add:.2f}x: a cordon keeps the tree and the devices as they are)"
+        f"a node changed in a cache of {len(nodes)} nodes and {len(pods)} pods bound across "
+        f"them (the watch path's, untimed above): cordoned {cordon:.2f} ms, added {add:.2f} "
+        f"ms, deleted {delete:.2f} ms (a cordon {cordon / add:.2f}x an addition: it keeps the "
+        "tree and the devices as they are)"
     )
     after_pods, alone = medians(lambda: nodes_after_pods(nodes, pods), args.repeat)
     print(

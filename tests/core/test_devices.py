@@ -379,3 +379,80 @@ def test_a_renewed_node_guides_the_next_choice_with_its_new_topology() -> None:
     assert ledger.choose("n", two) == fresh.choose("n", two) == (6, 7) != unlinked_choice
     assert not ledger.renew_nodes([replace(linked, allocatable=gpu_node("n", 4).allocatable)], [0])
     assert not ledger.renew_nodes([gpu_node("m", 8)], [0])
+
+
+def test_a_deleted_node_leaves_every_other_device_as_it_was() -> None:
+    """A node that goes takes its row and nothing else: the other nodes' devices and records
+    are as a cache of the remaining nodes has them, the gone node's pods keep their devices
+    until they go, and the node coming back is counted as if it had never left."""
+    nodes = [gpu_node("w", 8), gpu_node("x", 4), gpu_node("y", 2), gpu_node("z", 4)]
+    pods = [
+        pod("p0", gpu=2, node="w", annotations={GPU_IDS: "0,1"}),
+        pod("p1", gpu=1, node="x", annotations={GPU_IDS: "3"}),
+        pod("p2", gpu=2, node="y", annotations={GPU_IDS: "0,1"}),
+        share("p3", "0.5", node="z", annotations={GPU_IDS: "2"}),
+        pod("p4", gpu=1, node="x", annotations={GPU_IDS: "0"}),
+    ]
+
+    def cache_of(these: list[Node]) -> ClusterCache:
+        made = ClusterCache()
+        made.upsert_nodes(these)
+        made.upsert_pods(pods)
+        return made
+
+    cache = cache_of(nodes)
+    cache.delete_node("x")
+    rest = cache_of([n for n in nodes if n.name != "x"])
+    assert cache.view().gpu_free.shape == rest.view().gpu_free.shape
+    assert (cache.view().gpu_free == rest.view().gpu_free).all()
+    assert all(cache.devices_of(p.uid) == rest.devices_of(p.uid) for p in pods)
+    cache.delete_node("w")  # the widest row: the table narrows to the widest left
+    assert cache.view().gpu_free.shape == (2, 4)
+    cache.upsert_nodes([nodes[1], nodes[0]])
+    back = cache_of([nodes[2], nodes[3], nodes[1], nodes[0]])
+    assert (cache.view().gpu_free == back.view().gpu_free).all()
+    assert all(cache.devices_of(p.uid) == back.devices_of(p.uid) for p in pods)
+    assert [cache.devices_of(p.uid) for p in (pods[1], pods[4])] == [(3,), (0,)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_node_churn_keeps_devices_as_a_fresh_cache_counts_them(seed: int) -> None:
+    """Nodes come, go, come back and change (GPU counts too) around pods that say which
+    devices they hold, some listed before their node: the devices free and each pod's devices
+    are always what a cache given the same nodes and pods afresh counts."""
+    rng = random.Random(seed)
+    names = [f"n{i}" for i in range(6)]
+    counts = {n: rng.choice([8, 16]) for n in names}
+    pods = []
+    for i in range(24):  # four to a node, each on devices of its own (no two claim one)
+        where, device = names[i % 6], i // 6
+        if rng.random() < 0.5:
+            pods.append(pod(f"p{i}", gpu=1, node=where, annotations={GPU_IDS: str(device)}))
+        else:
+            pods.append(share(f"p{i}", "0.25", node=where, annotations={GPU_IDS: str(device)}))
+    rng.shuffle(pods)
+    cache = ClusterCache()
+    live: dict[str, Node] = {}
+    cache.upsert_pods(pods[:12])  # some pods before any node
+    for step in range(40):
+        name = rng.choice(names)
+        roll = rng.random()
+        if name in live and roll < 0.3:
+            cache.delete_node(name)
+            del live[name]
+        elif name in live and roll < 0.6:
+            changed = replace(live[name], unschedulable=not live[name].unschedulable)
+            cache.upsert_node(changed)
+            live[name] = changed
+        else:
+            counts[name] = rng.choice([8, 16]) if roll > 0.9 else counts[name]
+            live[name] = gpu_node(name, counts[name])
+            cache.upsert_node(live[name])
+        if step == 20:
+            cache.upsert_pods(pods[12:])
+        present = pods if step >= 20 else pods[:12]
+        fresh = ClusterCache()
+        fresh.upsert_nodes(cache.view().nodes)
+        fresh.upsert_pods(present)
+        assert (cache.view().gpu_free == fresh.view().gpu_free).all(), step
+        assert all(cache.devices_of(p.uid) == fresh.devices_of(p.uid) for p in present), step

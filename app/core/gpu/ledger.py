@@ -155,6 +155,48 @@ class DeviceLedger:
             self._nodes[r] = nodes[r]
         return True
 
+    def add_nodes(self, nodes: Sequence[Node], pods: dict[str, Pod]) -> None:
+        """Rows for new ``nodes`` after the known ones (as the cache appends them), all their
+        devices free; then the pods already recorded on them (listed before their node) are
+        placed there as ``set_nodes`` places them, those that say which devices they hold
+        first. Every other row and record stays as it is."""
+        if not nodes:
+            return
+        start = len(self._nodes)
+        self._nodes.extend(nodes)
+        for j, node in enumerate(nodes):
+            self._index[node.name] = start + j
+        self._counts.extend(device_count(n) for n in nodes)
+        self._count_array = np.asarray(self._counts, dtype=np.int64)
+        width = max(self._counts, default=0) or 1
+        free = np.zeros((len(self._counts), width), dtype=np.int64)
+        kept = min(width, self._free.shape[1])
+        free[:start, :kept] = self._free[:start, :kept]
+        for j, count in enumerate(self._counts[start:]):
+            free[start + j, :count] = MILLI
+        self._free = free
+        names = {n.name for n in nodes}
+        waiting = [(uid, h) for uid, h in self._held.items() if h.node in names]
+        for uid, h in sorted(waiting, key=lambda item: not _declared(pods.get(item[0]))):
+            del self._held[uid]  # never taken on a row: nothing to give back
+            pod = pods.get(uid)
+            if pod is not None:
+                self.place(uid, h.node, pod, h.devices)
+
+    def drop_node(self, name: str) -> None:
+        """Forget node ``name``'s row (the node is gone): the other rows and every record stay
+        as they are; records on it are kept, with their devices, until their pods go or the
+        node comes back (as ``set_nodes`` leaves them for a node it does not know)."""
+        i = self._index.get(name)
+        if i is None:
+            return
+        del self._nodes[i]
+        del self._counts[i]
+        self._index = {n.name: j for j, n in enumerate(self._nodes)}
+        self._count_array = np.asarray(self._counts, dtype=np.int64)
+        width = max(self._counts, default=0) or 1
+        self._free = np.delete(self._free, i, axis=0)[:, :width]
+
     def _row(self, i: int) -> np.ndarray:
         """Row ``i``'s devices (a view: ``take``/``give`` write through)."""
         return self._free[i, : self._counts[i]]
