@@ -29,7 +29,17 @@ def free_port() -> int:
 def running(app: FastAPI) -> Iterator[httpx.Client]:
     """Serve ``app`` with uvicorn on loopback in a thread; yield a client; stop it after."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # An idle keep-alive connection closed by the server just as the client reuses it fails
+    # that request ("Server disconnected without sending a response"): tests idle between
+    # calls for longer than uvicorn's 5 s default while they wait on the cluster.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=600,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
