@@ -41,6 +41,11 @@ log = logging.getLogger("muster")
 #: thread is asked to switch. 0.5 ms keeps filter from waiting behind a long cycle in 5 ms
 #: steps, for a little switching overhead while both run.
 SWITCH_INTERVAL = 0.0005
+#: Seconds an idle keep-alive connection stays open: longer than the idle timeout of the Go
+#: clients that call Muster (kube-scheduler's extender client, kube-apiserver's webhook
+#: client: 90 s), so the client closes an idle connection first. With uvicorn's 5 s a call
+#: sent just as Muster closed the connection failed, and Go does not send a POST again.
+KEEP_ALIVE = 120
 
 
 def freeze_heap() -> None:
@@ -178,6 +183,7 @@ class MusterServer:
                 log_level=log_level,
                 access_log=access_log,
                 lifespan="on" if i == 0 else "off",
+                timeout_keep_alive=KEEP_ALIVE,
             )
             self._servers.append(_Server(config))
         self._reload_interval = reload_interval

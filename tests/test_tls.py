@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import select
+import socket
 import ssl
 import time
 from pathlib import Path
@@ -160,3 +162,28 @@ def test_serve_refuses_unloadable_tls_files_before_listening(
     argv = ["serve", "--demo", *ports, *tls]
     assert main(argv) == 2
     assert "cannot start: cannot load TLS certificate" in caplog.text
+
+
+def test_an_idle_connection_outlives_the_go_clients_idle_timeout_window() -> None:
+    """Muster keeps an idle keep-alive connection open well past uvicorn's 5 s default, so
+    the Go clients that call it (idle timeout 90 s) close it first: a POST they send on it
+    is never met by a connection Muster is just closing."""
+    from app.server import KEEP_ALIVE, Listener
+    from tests.https import running_server
+
+    assert KEEP_ALIVE > 90
+    app = create_app(services=build_services(Settings(demo=True)))
+    port = free_port()
+    request = f"GET /readyz HTTP/1.1\r\nHost: {LOOPBACK}\r\n\r\n".encode()
+    with (
+        running_server(app, [Listener(LOOPBACK, port)], 0.05),
+        socket.create_connection((LOOPBACK, port), timeout=5) as conn,
+    ):
+        for _ in range(2):
+            conn.sendall(request)
+            answer = conn.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+            time.sleep(6.0)  # past uvicorn's default keep-alive timeout
+            readable, _, _ = select.select([conn], [], [], 0)
+            assert not readable, "the server closed the idle connection"
+    gc.unfreeze()
