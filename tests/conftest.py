@@ -14,6 +14,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from app.server import KEEP_ALIVE
+
 #: Recorded kube-scheduler <-> extender exchanges, kept in the repository (see its README.md).
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kube-scheduler-v1.32"
 
@@ -29,16 +31,15 @@ def free_port() -> int:
 def running(app: FastAPI) -> Iterator[httpx.Client]:
     """Serve ``app`` with uvicorn on loopback in a thread; yield a client; stop it after."""
     port = free_port()
-    # An idle keep-alive connection closed by the server just as the client reuses it fails
-    # that request ("Server disconnected without sending a response"): tests idle between
-    # calls for longer than uvicorn's 5 s default while they wait on the cluster.
+    # As Muster serves (``app.server.KEEP_ALIVE``): tests idle between calls while they wait
+    # on the cluster, and with uvicorn's 5 s a reused connection could be closing.
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=port,
         log_level="warning",
         lifespan="on",
-        timeout_keep_alive=600,
+        timeout_keep_alive=KEEP_ALIVE,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

@@ -123,21 +123,11 @@ class DeviceLedger:
         Pods keep their devices where they still exist; pods of a node not (yet) known keep
         their record and are placed when it arrives.
         """
-        self._nodes = list(nodes)
-        self._index = {n.name: i for i, n in enumerate(self._nodes)}
-        self._counts = [device_count(n) for n in self._nodes]
-        self._count_array = np.asarray(self._counts, dtype=np.int64)
-        width = max(self._counts, default=0) or 1
-        self._free = np.zeros((len(self._counts), width), dtype=np.int64)
-        for i, c in enumerate(self._counts):
-            self._free[i, :c] = MILLI
+        self._nodes, self._index, self._counts = [], {}, []
+        self._free = np.zeros((0, 1), dtype=np.int64)
+        self._grow(nodes)
         held, self._held = self._held, {}
-        # Pods that say which devices they hold go first, so guesses fit around them.
-        order = sorted(held.items(), key=lambda item: not _declared(pods.get(item[0])))
-        for uid, h in order:
-            pod = pods.get(uid)
-            if pod is not None:
-                self.place(uid, h.node, pod, h.devices)
+        self._place_held(list(held.items()), pods)
 
     def renew_nodes(self, nodes: Sequence[Node], rows: Iterable[int]) -> bool:
         """Take the new versions of the nodes at ``rows`` (the same names on the same rows)
@@ -158,10 +148,19 @@ class DeviceLedger:
     def add_nodes(self, nodes: Sequence[Node], pods: dict[str, Pod]) -> None:
         """Rows for new ``nodes`` after the known ones (as the cache appends them), all their
         devices free; then the pods already recorded on them (listed before their node) are
-        placed there as ``set_nodes`` places them, those that say which devices they hold
-        first. Every other row and record stays as it is."""
+        placed there as ``set_nodes`` places them. Every other row and record stays as it
+        is."""
         if not nodes:
             return
+        self._grow(nodes)
+        names = {n.name for n in nodes}
+        waiting = [(uid, h) for uid, h in self._held.items() if h.node in names]
+        for uid, _ in waiting:
+            del self._held[uid]  # never taken on a row: nothing to give back
+        self._place_held(waiting, pods)
+
+    def _grow(self, nodes: Sequence[Node]) -> None:
+        """Rows for ``nodes`` after the known ones, every device free."""
         start = len(self._nodes)
         self._nodes.extend(nodes)
         for j, node in enumerate(nodes):
@@ -175,10 +174,11 @@ class DeviceLedger:
         for j, count in enumerate(self._counts[start:]):
             free[start + j, :count] = MILLI
         self._free = free
-        names = {n.name for n in nodes}
-        waiting = [(uid, h) for uid, h in self._held.items() if h.node in names]
-        for uid, h in sorted(waiting, key=lambda item: not _declared(pods.get(item[0]))):
-            del self._held[uid]  # never taken on a row: nothing to give back
+
+    def _place_held(self, records: list[tuple[str, Held]], pods: dict[str, Pod]) -> None:
+        """Place ``records`` (out of the ledger) again, for the pods still there."""
+        # Pods that say which devices they hold go first, so guesses fit around them.
+        for uid, h in sorted(records, key=lambda item: not _declared(pods.get(item[0]))):
             pod = pods.get(uid)
             if pod is not None:
                 self.place(uid, h.node, pod, h.devices)

@@ -318,8 +318,6 @@ def _own_notes(value: Any, field: str) -> dict[str, str]:
     Agents write other annotations on nodes often (network plugins, autoscalers, operators):
     kept, each such write would look like a new node to the cache and the planner."""
     notes = _str_map(value, field)
-    if all(key.startswith(labels.PREFIX) for key in notes):
-        return notes
     return {key: text for key, text in notes.items() if key.startswith(labels.PREFIX)}
 
 
