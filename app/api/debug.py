@@ -17,8 +17,8 @@ from app.core.model.queues import UNLIMITED
 from app.core.model.values import RESOURCE_NAMES, Node, Resources
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
-from app.core.state.cache import NodeView
 from app.core.state.journal import Entry, Journal, Kind
+from app.core.state.view import NodeView
 
 router = APIRouter(prefix="/debug", tags=["debug"])
 

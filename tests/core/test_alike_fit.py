@@ -20,7 +20,9 @@ from app.core.actions.backfill import ending
 from app.core.gpu.ask import GpuAsk
 from app.core.insight.forward import FreedViews, Occupant, _earliest_any, earliest
 from app.core.model.values import Pod
-from app.core.state.cache import ClusterCache, NodeView, releases
+from app.core.state.cache import ClusterCache
+from app.core.state.releases import releases
+from app.core.state.view import NodeView
 from tests.factories import EPOCH, node, pod
 
 NOW = EPOCH.timestamp() + 10_000

@@ -15,7 +15,8 @@ from app.core.gpu.ask import GpuAsk, fits_mask, take
 from app.core.gpu.ledger import default_choice, device_count
 from app.core.model.values import Pod
 from app.core.policies.registry import eligible, scorer
-from app.core.state.cache import ClusterCache, NodeView
+from app.core.state.cache import ClusterCache
+from app.core.state.view import NodeView
 from tests.factories import node, pod
 
 

@@ -338,7 +338,7 @@ def test_releases_free_exact_sums_and_subsets() -> None:
     too), and ``only`` keeps just the chosen pods and their devices."""
     import numpy as np
 
-    from app.core.state.cache import _row_sums
+    from app.core.state.releases import _row_sums
 
     rng = np.random.default_rng(7)
     for count in (0, 3, 600, 5000):
@@ -347,7 +347,7 @@ def test_releases_free_exact_sums_and_subsets() -> None:
         expected = np.zeros((40, 4), np.int64)
         np.add.at(expected, rows, values)
         assert (_row_sums(rows, values, 40) == expected).all()
-    from app.core.state.cache import Releases
+    from app.core.state.releases import Releases
 
     gone = Releases(
         np.asarray([0, 1, 0], np.intp),
@@ -368,7 +368,7 @@ def test_the_cache_lock_knows_when_a_thread_waits_for_it() -> None:
     """``ClusterCache.apply`` steps aside between slices only for a waiting thread."""
     import time
 
-    from app.core.state.cache import WaitedLock
+    from app.core.state.waitedlock import WaitedLock
 
     lock = WaitedLock()
     got: list[bool] = []

@@ -15,7 +15,8 @@ import pytest
 from app.core.model.errors import BindRejected
 from app.core.model.parse import pod_from_dict
 from app.core.model.values import Pod, Resources
-from app.core.state.cache import ClusterCache, Snapshot
+from app.core.state.cache import ClusterCache
+from app.core.state.view import Snapshot
 from tests.factories import node, pod_json
 
 NODES = ("a", "b", "c")

@@ -12,7 +12,9 @@ import pytest
 
 from app.core.actions.backfill import Ending, EndingMemo, ending
 from app.core.model.runtime import expected_end
-from app.core.state.cache import ClusterCache, Snapshot, releases
+from app.core.state.cache import ClusterCache
+from app.core.state.releases import releases
+from app.core.state.view import Snapshot
 from tests.core.test_cache_placed import NODES, event
 from tests.factories import node
 

@@ -27,8 +27,10 @@ from app.core.insight import explain, forward
 from app.core.insight.explain import explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
 from app.core.model.values import Pod
-from app.core.state.cache import ChangeLog, ClusterCache, Snapshot
+from app.core.state.cache import ClusterCache
+from app.core.state.changelog import ChangeLog
 from app.core.state.diff import changed_pods
+from app.core.state.view import Snapshot
 from tests.core import test_cache_placed
 from tests.core.scenario import NOW
 from tests.core.test_ending_memo import _reference as reference
@@ -85,17 +87,23 @@ def _cluster(
     cache = ClusterCache()
     cache.upsert_nodes([node(n, gpus=8) for n in nodes])
     running = [
-        _muster(_running(f"r{i}", nodes[i % len(nodes)], rng.choice(gpus), rng.choice(RUNTIMES),
-                         NOW - 60 * rng.randrange(60)), rng.choice(priorities))  # fmt: skip
+        _muster(
+            _running(
+                f"r{i}",
+                nodes[i % len(nodes)],
+                rng.choice(gpus),
+                rng.choice(RUNTIMES),
+                NOW - 60 * rng.randrange(60),
+            ),
+            rng.choice(priorities),
+        )  # fmt: skip
         for i in range(count)
     ]
     gangs = [_member(f"w{g}", i, 2, rng.choice([4, 8]), 0, "1h") for g in range(3) for i in (0, 1)]
     cache.upsert_pods([*running, *gangs])
     cache.mark_synced()
     clock = [NOW]
-    planner = Planner(
-        cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=min_runtime
-    )
+    planner = Planner(cache, clock=lambda: clock[0], wall=lambda: clock[0], min_runtime=min_runtime)
     return cache, planner, clock
 
 

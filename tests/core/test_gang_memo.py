@@ -12,7 +12,8 @@ import pytest
 
 from app.core.cycle.memos import GangMemo, gangs_of
 from app.core.model.values import Pod
-from app.core.state.cache import BindRejected, ClusterCache, Snapshot
+from app.core.state.cache import BindRejected, ClusterCache
+from app.core.state.view import Snapshot
 from tests.factories import node, pod
 
 NODES = 4

@@ -18,7 +18,8 @@ from app.core.cycle.memos import SnapshotMemo
 from app.core.cycle.outlook import Outlook
 from app.core.insight.explain import NODE_REASONS, _node_reasons
 from app.core.model.values import Pod
-from app.core.state.cache import ClusterCache, NodeView
+from app.core.state.cache import ClusterCache
+from app.core.state.view import NodeView
 from app.core.verbs.filter import filter_nodes
 from tests.factories import node, pod
 

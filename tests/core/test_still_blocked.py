@@ -15,7 +15,8 @@ from app.core.cycle.planner import Planner
 from app.core.cycle.plans import Why
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.values import Pod
-from app.core.state.cache import ClusterCache, NodeView
+from app.core.state.cache import ClusterCache
+from app.core.state.view import NodeView
 from tests.core.test_plan_equivalence import cluster
 from tests.factories import node, pod
 

@@ -18,8 +18,9 @@ from app.core.cycle.planner import gangs_of
 from app.core.model.queues import parse_queue_config
 from app.core.model.values import Pod
 from app.core.policies.minruntime import MinRuntime
-from app.core.state.cache import ClusterCache, Snapshot
+from app.core.state.cache import ClusterCache
 from app.core.state.queueusage import queue_name
+from app.core.state.view import Snapshot
 from tests.factories import EPOCH, node, pod
 
 NOW = EPOCH.timestamp() + 10_000

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.core.state.cache import WaitedLock
+from app.core.state.waitedlock import WaitedLock
 from app.server import SWITCH_INTERVAL
 
 STEPS = 20_000

@@ -21,8 +21,8 @@ from app.core.gpu.ledger import default_choice, default_choices, device_count
 from app.core.model.values import Pod, Resources
 from app.core.policies.interfaces import Scorer
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
-from app.core.state.cache import NodeView, shortfall, vector
 from app.core.state.nodetable import NodeTable
+from app.core.state.view import NodeView, shortfall, vector
 
 #: Tie-breaker weight for nodes the gang already uses (below one score point).
 _LOCALITY = 0.5

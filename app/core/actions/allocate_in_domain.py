@@ -49,8 +49,8 @@ from app.core.model import labels
 from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.registry import Constraint, constraint_of, eligible, scorer
-from app.core.state.cache import NodeView, vector
 from app.core.state.domains import Ask, Domain, Tree
+from app.core.state.view import NodeView, vector
 
 #: At most this many placements are tried per level (the pruning usually makes it one).
 MAX_TRIES = 16

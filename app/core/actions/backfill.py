@@ -23,8 +23,9 @@ from app.core.actions.allocate import Allocation, FitBound, allocate
 from app.core.gpu.ledger import Held
 from app.core.model.runtime import declared_runtime, expected_end
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
-from app.core.state.cache import Releases, Snapshot
 from app.core.state.diff import changed_pods
+from app.core.state.releases import Releases
+from app.core.state.view import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from app.core.actions.allocate import Allocation
 from app.core.actions.victims import Unit, cheapest_set
 from app.core.model.values import Pod
-from app.core.state.cache import Snapshot
+from app.core.state.view import Snapshot
 
 
 def victims_for(

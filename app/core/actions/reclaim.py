@@ -14,8 +14,8 @@ import numpy as np
 from app.core.actions.allocate import Allocation
 from app.core.actions.victims import Unit, cheapest_set
 from app.core.model.values import Pod
-from app.core.state.cache import Snapshot
 from app.core.state.queueusage import QueueUsage
+from app.core.state.view import Snapshot
 
 
 def reclaimable(usage: QueueUsage, units: Sequence[Unit], claimant: str) -> list[Unit]:

@@ -17,7 +17,8 @@ from app.core.gpu.ask import GpuOvercommit
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.interfaces import Protection
-from app.core.state.cache import NodeView, Snapshot, releases, without
+from app.core.state.releases import releases, without
+from app.core.state.view import NodeView, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ import numpy as np
 from app.core.actions.backfill import EndingMemo, Reservation, reserve_for
 from app.core.model.gang import Gang
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView, Snapshot
 from app.core.state.domains import ask_of, tree_for
 from app.core.state.queueusage import demand_of
+from app.core.state.view import NodeView, Snapshot
 
 #: How many domains a ``topology-required`` gang's head-of-line hold considers.
 DOMAINS_TRIED = 8

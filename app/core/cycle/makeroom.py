@@ -17,9 +17,9 @@ from app.core.actions.allocate import Allocation
 from app.core.actions.victims import Unit
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
-from app.core.state.cache import Snapshot
 from app.core.state.journal import Kind
 from app.core.state.queueusage import QueueUsage, demand_of
+from app.core.state.view import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
 from app.core.model.runtime import declared_runtime
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView, QueueKey, Snapshot, queue_key
+from app.core.state.cache import QueueKey, queue_key
 from app.core.state.diff import changed_members
 from app.core.state.domains import Ask
 from app.core.state.queueusage import demand_of, queue_name, resolve
+from app.core.state.view import NodeView, Snapshot
 
 if TYPE_CHECKING:
     from app.core.policies.interfaces import GangOrder

@@ -71,7 +71,7 @@ from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit, admits_anything
 from app.core.policies.registry import Constraint, constraint_of, scorer
-from app.core.state.cache import ClusterCache, NodeView, Snapshot
+from app.core.state.cache import ClusterCache
 from app.core.state.diff import changed_pods
 from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
@@ -79,6 +79,7 @@ from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
 from app.core.state.statement import Applied, Hold, Reserve, Statement
 from app.core.state.timings import Timings
+from app.core.state.view import NodeView, Snapshot
 
 __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
 

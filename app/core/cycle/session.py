@@ -22,8 +22,9 @@ from app.core.cycle.plans import Eviction, Plan
 from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, asks_known, give, take
 from app.core.gpu.ledger import device_count
 from app.core.model.values import Pod, Resources
-from app.core.state.cache import ClusterCache, NodeView, QueueKey, Snapshot, vector
+from app.core.state.cache import ClusterCache, QueueKey
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
+from app.core.state.view import NodeView, Snapshot, vector
 
 _FIRST = itemgetter(0)
 _REQUESTS = attrgetter("requests")

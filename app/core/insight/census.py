@@ -26,8 +26,8 @@ from app.core.model.queues import UNLIMITED
 from app.core.model.values import Pod
 from app.core.policies.drf import deserved, dominant_share
 from app.core.policies.proportion import ledger
-from app.core.state.cache import NodeView
 from app.core.state.queueusage import measure, queue_name
+from app.core.state.view import NodeView
 
 #: Waiting gangs reported one by one (oldest first); the counts cover every one.
 MAX_GANGS = 100

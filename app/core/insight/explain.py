@@ -57,10 +57,11 @@ from app.core.model.runtime import EXPECTED_RUNTIME, declared_runtime, expected_
 from app.core.model.values import RESOURCE_NAMES, Pod, Resources
 from app.core.policies.proportion import admit, borrowable
 from app.core.policies.registry import check_reasons, constraint_of, eligible
-from app.core.state.cache import NodeView, Snapshot, without
 from app.core.state.diff import changed_pods
 from app.core.state.domains import Ask, ask_of, tree_for
 from app.core.state.queueusage import demand_of, queue_name
+from app.core.state.releases import without
+from app.core.state.view import NodeView, Snapshot
 from app.core.verbs.filter import filter_nodes
 
 #: How long a waiting member's told headline stays as it is (see ``Headlines._tell``).

@@ -22,7 +22,7 @@ from app.core.actions.backfill import Ending
 from app.core.gpu.ask import GpuAsk, take
 from app.core.gpu.ledger import device_count
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView
+from app.core.state.view import NodeView
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import numpy as np
 
 from app.core.model.values import CPU, GPU, MEMORY, Pod
 from app.core.policies.drf import deserved
-from app.core.state.cache import Snapshot
 from app.core.state.queueusage import QueueUsage
+from app.core.state.view import Snapshot
 
 log = logging.getLogger("muster.shares")
 

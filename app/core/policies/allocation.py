@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.core.model.values import Resources
-from app.core.state.cache import NodeView
+from app.core.state.view import NodeView
 
 _GPU, _CPU, _MEMORY = 0, 1, 2
 

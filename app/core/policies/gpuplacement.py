@@ -32,8 +32,8 @@ from app.core.model.values import Pod
 from app.core.policies.fgd import LiveGpuPolicy
 from app.core.policies.gpushare import DeviceRanking
 from app.core.policies.interfaces import MAX_NODE_SCORE
-from app.core.state.cache import NodeView
 from app.core.state.recent import RecentKeys
+from app.core.state.view import NodeView
 
 #: Pods remembered as already observed (a pod is retried many times; count it once).
 _SEEN = 50_000

@@ -25,9 +25,9 @@ import numpy as np
 from app.core.model.gang import Gang
 from app.core.model.status import Status
 from app.core.model.values import Node, Pod, Resources
-from app.core.state.cache import NodeView
 from app.core.state.nodetable import NodeTable
 from app.core.state.queueusage import QueueUsage
+from app.core.state.view import NodeView
 
 #: The best score a node can get (kube-scheduler's extender scale is 0-10).
 MAX_NODE_SCORE = 10

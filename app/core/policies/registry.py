@@ -14,8 +14,8 @@ import numpy as np
 from app.core.model.values import Pod, SelectorTerm, Toleration
 from app.core.policies import binpack, nodeaffinity, nodeunschedulable, spread, taints
 from app.core.policies.interfaces import LabelFilter, NodeFilter, Scorer
-from app.core.state.cache import NodeView
 from app.core.state.nodetable import is_none
+from app.core.state.view import NodeView
 
 #: Usage-independent per-node filters, judged once per taint group.
 NODE_FILTERS: tuple[NodeFilter, ...] = (nodeunschedulable.POLICY, taints.POLICY)

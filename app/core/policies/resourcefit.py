@@ -10,7 +10,7 @@ import numpy as np
 
 from app.core.model.quantity import format_milli
 from app.core.model.values import RESOURCE_NAMES, Resources
-from app.core.state.cache import shortfall
+from app.core.state.view import shortfall
 
 #: Stands in for a resource that is not short, so rows group by what is short only.
 PLENTY = 2**62

@@ -7,7 +7,7 @@ import numpy as np
 from app.core.model.values import Resources
 from app.core.policies.allocation import keeps_gpus_free, utilisation_after
 from app.core.policies.interfaces import MAX_NODE_SCORE
-from app.core.state.cache import NodeView
+from app.core.state.view import NodeView
 
 
 class Spread:

@@ -1,8 +1,9 @@
 """The cluster cache: nodes, pods and what each node has left, shared by every request.
 
-One ``threading.RLock`` guards all state; public methods take it, ``_private`` helpers assume it
-is held. Readers take a ``NodeView`` (or a full ``Snapshot``): immutable, built at most once per
-generation, and cheap because node tables are copy-on-write numpy arrays.
+One re-entrant lock (``app.core.state.waitedlock``) guards all state; public methods take it,
+``_private`` helpers assume it is held. Readers take a ``NodeView`` (or a full ``Snapshot``,
+``app.core.state.view``): immutable, built at most once per generation, and cheap because node
+tables are copy-on-write numpy arrays.
 
 Binds are *assumed* first (the pod's requests count against the node at once, so concurrent
 binds cannot over-commit it), *confirmed* when the pod is seen bound (the watch, or the
@@ -11,35 +12,35 @@ in-memory gateway in standalone mode), and *forgotten* on bind failure or after 
 
 from __future__ import annotations
 
-import bisect
 import gc
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from itertools import chain, repeat
+from dataclasses import replace
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import NamedTuple, cast
 
 import numpy as np
 
-from app.core.gpu.ask import MILLI, GpuAsk, GpuOvercommit, fits_mask, usable
+from app.core.gpu.ask import MILLI, GpuAsk, usable
 from app.core.gpu.ledger import DeviceLedger, Held, device_shortfall
 from app.core.model.errors import BindRejected
 from app.core.model.gang import explicit_queue, gang_spec
 from app.core.model.groupobjects import group_refs
 from app.core.model.labels import OWN_NOTES
 from app.core.model.podfacts import derive_ahead
-from app.core.model.quantity import format_milli
 from app.core.model.status import SUCCESS, Status
 from app.core.model.values import RESOURCE_NAMES, GroupObject, GroupRef, Node, Pod, Resources
+from app.core.state.changelog import ChangeLog
 from app.core.state.domains import DEFAULT_TREES
 from app.core.state.nodetable import NodeTable
 from app.core.state.recent import RecentKeys
 from app.core.state.statement import Applied, Hold, Release, Reserve, Statement
+from app.core.state.view import NodeView, Snapshot, shortfall, vector
+from app.core.state.waitedlock import WaitedLock
 
 _R = len(RESOURCE_NAMES)
 #: Uids of pods the API deleted that the cache remembers (``ClusterCache.learn_pod``), at most.
@@ -52,436 +53,6 @@ TOGETHER = 64
 #: such step takes between a quarter of ``APPLY_SLICE`` and all of it on the machine it runs
 #: on (``_next_run``): the lock is only given up between steps.
 TOGETHER_FIRST = 8
-
-
-class WaitedLock:
-    """A re-entrant lock that knows whether a thread waits for it (``contended``): a long
-    holder gives it up between steps anyway, but only steps aside for a waiter then.
-
-    Releasing it for good while another thread waits also steps aside (``time.sleep(0)``):
-    a thread that takes and gives it back in a tight loop (the watch applying a burst of
-    events, plans released one after another) would otherwise take it again before the
-    waiter (a filter call) is even scheduled, and keep it waiting for the whole loop.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._waiting: set[int] = set()  # thread idents (set.add/discard are atomic)
-
-    @property
-    def contended(self) -> bool:
-        """Whether some thread is blocked waiting for the lock now."""
-        return bool(self._waiting)
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """``RLock.acquire``."""
-        if self._lock.acquire(False):
-            return True
-        if not blocking:
-            return False
-        me = threading.get_ident()
-        self._waiting.add(me)
-        try:
-            return self._lock.acquire(True, timeout)
-        finally:
-            self._waiting.discard(me)
-
-    def release(self) -> None:
-        """``RLock.release``; hands the lock over to a waiting thread (see the class)."""
-        self._lock.release()
-        if self._waiting and not self._lock._is_owned():  # type: ignore[attr-defined]
-            time.sleep(0)
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-#: Memos of per-node answers (``FilterMemo``, the GPU ranking) patch the rows that changed
-#: when at most this share of the nodes did; past it, patching costs as much as starting anew.
-PATCH_SHARE = 0.125
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """An immutable view of every node and its usage at one cache generation.
-
-    Row ``i`` of ``allocatable``/``used`` belongs to ``nodes[i]``; columns follow
-    ``RESOURCE_NAMES``. ``special[i]`` is true when node ``i`` has taints or is unschedulable,
-    so filters only look closer at those. Node facts live in ``table`` (shared between views
-    until the node set changes).
-    """
-
-    generation: int
-    table: NodeTable
-    used: np.ndarray
-    #: Free milli-GPU per row and device (``app.core.gpu.ledger``); absent devices show 0.
-    gpu_free: np.ndarray
-
-    def changed_rows(self, earlier: NodeView) -> np.ndarray | None:
-        """Rows whose usage (resources or GPU devices) differs from ``earlier``'s, for a memo
-        made on ``earlier`` to patch; ``None`` (start afresh) when ``earlier`` is a view of
-        another node set, or more than ``PATCH_SHARE`` of the rows changed."""
-        if not self._same_nodes(earlier):
-            return None
-        diff = (self.used != earlier.used).any(axis=1)
-        diff |= (self.gpu_free != earlier.gpu_free).any(axis=1)
-        rows: np.ndarray = np.flatnonzero(diff)
-        return rows if len(rows) <= PATCH_SHARE * len(diff) else None
-
-    def _same_nodes(self, earlier: NodeView) -> bool:
-        """Whether ``earlier`` is a view of the same node table (rows compare one to one)."""
-        return earlier.table is self.table and earlier.gpu_free.shape == self.gpu_free.shape
-
-    def roomier_than(self, earlier: NodeView) -> bool:
-        """Whether some node has more room here than in ``earlier`` (less of a resource used,
-        or more milli-GPU free on a device), or the two views are of other node tables. When
-        not, whatever found no room on ``earlier`` finds none here either."""
-        if not self._same_nodes(earlier):
-            return True
-        return bool((self.used < earlier.used).any() or (self.gpu_free > earlier.gpu_free).any())
-
-    def gpu_fits(self, ask: GpuAsk, rows: np.ndarray | None = None) -> np.ndarray:
-        """Per row (or per ``rows``): do the devices have room for ``ask``
-        (``GpuAsk.of(pod)``)? All true for pods without GPUs."""
-        return fits_mask(self.gpu_free if rows is None else self.gpu_free[rows], ask)
-
-    @property
-    def nodes(self) -> tuple[Node, ...]:
-        """Every node, by row."""
-        return self.table.nodes
-
-    @property
-    def index(self) -> Mapping[str, int]:
-        """Node name -> row."""
-        return self.table.index
-
-    @property
-    def allocatable(self) -> np.ndarray:
-        """Allocatable per row and resource."""
-        return self.table.allocatable
-
-    @property
-    def special(self) -> np.ndarray:
-        """Per row: tainted or cordoned."""
-        return self.table.special
-
-    @property
-    def free(self) -> np.ndarray:
-        """``allocatable - used`` per node and resource."""
-        free: np.ndarray = self.table.allocatable - self.used
-        return free
-
-    def node(self, name: str) -> Node | None:
-        """The node called ``name``, if known."""
-        i = self.index.get(name)
-        return None if i is None else self.nodes[i]
-
-    def free_of(self, name: str) -> Resources:
-        """What node ``name`` has left (raises ``KeyError`` for an unknown node)."""
-        i = self.index[name]
-        return Resources(*(int(x) for x in self.allocatable[i] - self.used[i]))
-
-    def used_of(self, name: str) -> Resources:
-        """What node ``name`` has in use, assumed binds included."""
-        return Resources(*(int(x) for x in self.used[self.index[name]]))
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A ``NodeView`` plus every pod and where each one counts."""
-
-    view: NodeView
-    pods: Mapping[str, Pod]
-    placement: Mapping[str, str]
-    assumed: frozenset[str] = field(default_factory=frozenset)
-    reserved: Mapping[str, str] = field(default_factory=dict)
-    #: uid -> wall-clock time Muster first saw the pod hold a node.
-    bound_at: Mapping[str, float] = field(default_factory=dict)
-    #: uid -> gang key (``namespace/name``) for every pod that belongs to a gang.
-    gang_members: Mapping[str, str] = field(default_factory=dict)
-    #: uid -> the GPU devices the pod holds (pods placed with GPUs only).
-    devices: Mapping[str, Held] = field(default_factory=dict)
-    #: The cache generation this snapshot shows.
-    generation: int = 0
-    #: Changes whenever nodes, node usage, holds or any pod that holds, is bound to or is
-    #: planned onto a node change (``ClusterCache.placed_generation``); 0: not known (a
-    #: snapshot made by hand). What is derived from nodes and placed pods alone may be kept
-    #: while it is the same, across pending pods coming and going.
-    placed_generation: int = 0
-    #: The cache's record of which pods each generation changed (None: a snapshot made by
-    #: hand); ``app.core.state.diff`` reads it.
-    changes: ChangeLog | None = None
-
-    def holds_node(self, pod: Pod) -> bool:
-        """Whether ``pod`` is bound or has a bind in flight (a plan's reservation is not)."""
-        return bool(pod.node_name) or pod.uid in self.assumed
-
-
-@dataclass(frozen=True, slots=True)
-class Releases:
-    """What giving back some pods frees, pod by pod in order, so that the first ``k`` of them
-    can be taken off a view at numpy speed (``freed``)."""
-
-    #: Per pod: its row and its requests.
-    rows: np.ndarray
-    requests: np.ndarray
-    #: Per GPU device held: row, device, milli; ``device_end[k]``: entries of the first k pods.
-    device_rows: np.ndarray
-    device_ids: np.ndarray
-    device_milli: np.ndarray
-    device_end: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def only(self, keep: np.ndarray) -> Releases:
-        """These releases restricted to the pods where boolean ``keep`` is set (in order)."""
-        counts = np.diff(self.device_end)
-        devices = np.repeat(keep, counts)
-        end = np.zeros(int(keep.sum()) + 1, dtype=np.intp)
-        np.cumsum(counts[keep], out=end[1:])
-        return Releases(
-            self.rows[keep],
-            self.requests[keep],
-            self.device_rows[devices],
-            self.device_ids[devices],
-            self.device_milli[devices],
-            end,
-        )
-
-    def freed(self, view: NodeView, k: int | None = None) -> NodeView:
-        """``view`` with the first ``k`` pods (default: all) gone."""
-        k = len(self.rows) if k is None else k
-        used = view.used.copy()
-        if k:
-            used -= _row_sums(self.rows[:k], self.requests[:k], len(used))
-        gpu_free = view.gpu_free
-        end = int(self.device_end[k])
-        if end:
-            gpu_free = gpu_free.copy()
-            self._give(gpu_free, self.device_rows[:end], end)
-        return replace(view, used=used, gpu_free=gpu_free)
-
-    def _give(self, gpu_free: np.ndarray, rows: np.ndarray, end: int) -> None:
-        """Add the first ``end`` device entries' milli to ``gpu_free`` (in place), whose rows
-        for them are ``rows``; no device may end up with more than a whole GPU free."""
-        where = (rows, self.device_ids[:end])
-        flat = rows * gpu_free.shape[1] + self.device_ids[:end]
-        gpu_free += (
-            _row_sums(flat, self.device_milli[:end, None], gpu_free.size)
-            .reshape(gpu_free.shape)
-            .astype(gpu_free.dtype)
-        )
-        if (gpu_free[where] > MILLI).any():
-            raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
-
-    def freed_rows(self, view: NodeView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``freed(view)`` on the rows these pods are on alone: those rows (ascending), and
-        those rows of its ``used`` and ``gpu_free`` (the same sums, so the same values)."""
-        rows = np.unique(self.rows)
-        used = view.used[rows]
-        if len(self.rows):
-            used -= _row_sums(np.searchsorted(rows, self.rows), self.requests, len(rows))
-        gpu_free = view.gpu_free[rows]
-        end = int(self.device_end[-1])
-        if end:
-            self._give(gpu_free, np.searchsorted(rows, self.device_rows[:end]), end)
-        return rows, used, gpu_free
-
-    def row_terms(self, view: NodeView) -> RowTerms:
-        """What each of these pods frees on the rows they are on (see ``RowTerms``)."""
-        count, rows = len(self.rows), np.unique(self.rows)
-        width, devices = self.requests.shape[1], view.gpu_free.shape[1]
-        requests = np.zeros((count, len(rows), width), np.int64)
-        requests[np.arange(count), np.searchsorted(rows, self.rows)] = self.requests
-        milli = np.zeros((count, len(rows), devices), np.int64)
-        cells = np.zeros_like(milli)
-        end = int(self.device_end[-1])
-        if end:
-            where = (
-                np.repeat(np.arange(count), np.diff(self.device_end)),
-                np.searchsorted(rows, self.device_rows[:end]),
-                self.device_ids[:end],
-            )
-            np.add.at(milli, where, self.device_milli[:end])
-            np.add.at(cells, where, 1)
-        # One matrix (one product per question): requests, then milli, then entries.
-        terms = np.concatenate(
-            [a.reshape(count, a.shape[1] * a.shape[2]) for a in (requests, milli, cells)], axis=1
-        )
-        return RowTerms(rows, view.used[rows], view.gpu_free[rows], terms)
-
-
-@dataclass(frozen=True, slots=True)
-class RowTerms:
-    """What each pod of a ``Releases`` frees on the rows they are on (``rows``, ascending),
-    so that those rows of ``Releases.freed`` for any subset of the pods come from one
-    product (``freed``): ``used`` and ``gpu_free`` are those rows of the view; per pod, in
-    ``terms``, its requests, the milli it gives back per device and its device entries, on
-    those rows (each flattened, one after the other)."""
-
-    rows: np.ndarray
-    used: np.ndarray
-    gpu_free: np.ndarray
-    terms: np.ndarray
-
-    def freed(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``Releases.only(keep).freed(view)``'s ``used`` and ``gpu_free`` on ``rows`` (the
-        same sums, so the same values; the same check that no device ends up over-free)."""
-        used, gpu_free, over = self.freed_many(keep[None, :])
-        if over[0]:
-            raise GpuOvercommit("releasing pods would leave a device with over 1000 free")
-        return used[0], gpu_free[0]
-
-    def freed_many(self, keeps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``freed(keep)`` for each row ``keep`` of ``keeps``: ``used`` and ``gpu_free`` (one
-        more leading axis), and per row whether ``freed`` would refuse it (a device over-free)."""
-        count, a, b = len(keeps), self.used.size, self.gpu_free.size
-        sums = keeps.astype(np.int64) @ self.terms
-        used = self.used - sums[:, :a].reshape(count, *self.used.shape)
-        given = sums[:, a : a + b].reshape(count, *self.gpu_free.shape)
-        gpu_free = self.gpu_free + given.astype(self.gpu_free.dtype)
-        touched = sums[:, a + b :].reshape(gpu_free.shape) > 0
-        over = ((gpu_free > MILLI) & touched).any(axis=(1, 2))
-        return used, gpu_free, over
-
-
-#: ``_row_sums`` adds values in two parts of at most this many bits each.
-_LOW_BITS = 26
-#: Below this many values ``np.add.at`` is the quicker.
-_FEW = 512
-
-
-def _row_sums(rows: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
-    """Per row in ``range(count)``, the exact int64 sum of the ``values`` rows (one column
-    each) given for it (rows repeat). ``np.add.at`` does this slowly; ``np.bincount`` fast
-    but in float64, which is exact only below 2**53, so each value is split into its low
-    ``_LOW_BITS`` bits and the rest, and each part is summed apart (each sum stays exact)."""
-    values = np.asarray(values, np.int64)
-    if len(rows) < _FEW:
-        few = np.zeros((count, values.shape[1]), np.int64)
-        np.add.at(few, rows, values)
-        return few
-    out = np.empty((count, values.shape[1]), np.int64)
-    mask = (1 << _LOW_BITS) - 1
-    for c in range(values.shape[1]):
-        column = values[:, c]
-        high = np.bincount(rows, weights=column >> _LOW_BITS, minlength=count)
-        low = np.bincount(rows, weights=column & mask, minlength=count)
-        out[:, c] = (high.astype(np.int64) << _LOW_BITS) + low.astype(np.int64)
-    return out
-
-
-def releases(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = None) -> Releases:
-    """``Releases`` of ``pods`` on ``view`` (default: the snapshot's), in their order; pods
-    without a placement there (or seen twice) are skipped."""
-    view = snapshot.view if view is None else view
-    rows: list[int] = []
-    requests: list[Resources] = []
-    device_rows: list[int] = []
-    device_ids: list[int] = []
-    device_milli: list[int] = []
-    device_end = [0]
-    seen: set[str] = set()
-    placement, index, devices = snapshot.placement, view.index, snapshot.devices
-    for pod in pods:
-        node = placement.get(pod.uid)
-        row = index.get(node) if node else None
-        if row is None or pod.uid in seen:
-            continue
-        seen.add(pod.uid)
-        rows.append(row)
-        requests.append(pod.requests)
-        held = devices.get(pod.uid)
-        if held is not None and held.node == node:
-            for device in held.devices:
-                device_rows.append(row)
-                device_ids.append(device)
-                device_milli.append(held.ask.milli)
-        device_end.append(len(device_ids))
-    width = len(RESOURCE_NAMES)
-    return Releases(
-        np.asarray(rows, dtype=np.intp),
-        # fromiter over the flat values: several times quicker than asarray on tuples.
-        np.fromiter(chain.from_iterable(requests), np.int64, len(requests) * width).reshape(
-            -1, width
-        ),
-        np.asarray(device_rows, dtype=np.intp),
-        np.asarray(device_ids, dtype=np.intp),
-        np.asarray(device_milli, dtype=np.int64),
-        np.asarray(device_end, dtype=np.intp),
-    )
-
-
-def without(snapshot: Snapshot, pods: Iterable[Pod], view: NodeView | None = None) -> NodeView:
-    """``view`` (default: the snapshot's) as if ``pods`` were gone: their resources and GPU
-    devices free again. Pods without a placement (or seen twice) are skipped."""
-    view = snapshot.view if view is None else view
-    return releases(snapshot, pods, view).freed(view)
-
-
-_VECTORS: dict[Resources, np.ndarray] = {}
-
-
-def vector(requests: Resources) -> np.ndarray:
-    """``requests`` as an int64 array (read-only, shared: one per distinct amount). Pods ask
-    for a handful of distinct amounts, and converting a tuple costs more than the sum."""
-    found = _VECTORS.get(requests)
-    if found is None:
-        if len(_VECTORS) >= 4096:
-            _VECTORS.clear()
-        found = np.asarray(requests, dtype=np.int64)
-        found.setflags(write=False)
-        _VECTORS[requests] = found
-    return found
-
-
-def shortfall(requests: Resources, free: Iterable[int]) -> str:
-    """Why ``requests`` do not fit into ``free``: ``"needs 4 nvidia.com/gpu, 2 free"``."""
-    parts = [
-        f"needs {format_milli(name, need)} {name}, {format_milli(name, max(have, 0))} free"
-        for name, need, have in zip(RESOURCE_NAMES, requests, free, strict=True)
-        if need > have
-    ]
-    return "; ".join(parts)
-
-
-class ChangeLog:
-    """Per cache generation, the uids of the pods whose object, placement, reservation,
-    assumed bind, bind time, gang or devices it changed, or ``None`` when that is not
-    recorded (then anything may have changed). Holds the last ``size`` generations."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._lock = threading.Lock()
-        self._size = size
-        self._generations: list[int] = []
-        self._uids: list[tuple[str, ...] | None] = []
-
-    def record(self, generation: int, uids: tuple[str, ...] | None) -> None:
-        """Generation ``generation`` (above every one recorded) changed ``uids``."""
-        with self._lock:
-            if len(self._generations) >= 2 * self._size:
-                del self._generations[: self._size], self._uids[: self._size]
-            self._generations.append(generation)
-            self._uids.append(uids)
-
-    def since(self, old: int, new: int) -> frozenset[str] | None:
-        """The uids changed by generations ``old + 1`` to ``new`` (None: not known)."""
-        with self._lock:
-            start = bisect.bisect_right(self._generations, old)
-            stop = bisect.bisect_right(self._generations, new)
-            covered = self._generations[start:stop]
-            if len(covered) != new - old or (covered and covered[0] != old + 1):
-                return None  # some generations are no longer (or never were) recorded
-            out: set[str] = set()
-            for uids in self._uids[start:stop]:
-                if uids is None:
-                    return None
-                out.update(uids)
-            return frozenset(out)
 
 
 class ClusterCache:

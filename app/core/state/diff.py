@@ -8,7 +8,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 
-from app.core.state.cache import Snapshot
+from app.core.state.view import Snapshot
 
 #: The last few answers of ``changed_pods``: the inputs (held, so compared by identity) and
 #: the answer (explain asks for the same pair of snapshots from several places).

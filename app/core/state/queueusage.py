@@ -10,7 +10,8 @@ import numpy as np
 from app.core.model.gang import gang_spec
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
-from app.core.state.cache import QueueKey, queue_key, vector
+from app.core.state.cache import QueueKey, queue_key
+from app.core.state.view import vector
 
 _R = 4
 

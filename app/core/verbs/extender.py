@@ -27,7 +27,8 @@ from app.core.model.values import Node, Pod
 from app.core.policies import solepick
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.interfaces import MAX_NODE_SCORE
-from app.core.state.cache import ClusterCache, NodeView
+from app.core.state.cache import ClusterCache
+from app.core.state.view import NodeView
 from app.core.verbs import victimcheck
 from app.core.verbs.bind import BindOutcome
 from app.core.verbs.filter import FilterMemo, FilterResult

@@ -22,8 +22,8 @@ from app.core.gpu.ledger import device_shortfall
 from app.core.model.values import Pod, Resources
 from app.core.policies import resourcefit
 from app.core.policies.registry import Constraint, check_reasons, constraint_of
-from app.core.state.cache import NodeView
 from app.core.state.nodetable import is_none
+from app.core.state.view import NodeView
 
 UNKNOWN_NODE = "unknown node"
 

@@ -15,8 +15,8 @@ import numpy as np
 from app.core.model.values import Pod
 from app.core.policies.interfaces import MAX_NODE_SCORE
 from app.core.policies.registry import STRATEGIES, scorer
-from app.core.state.cache import NodeView
 from app.core.state.nodetable import NodeTable
+from app.core.state.view import NodeView
 
 #: ``STRATEGIES`` is re-exported for the verbs' callers; the policy registry defines it.
 __all__ = ["STRATEGIES", "Ranking", "prioritize", "rank"]

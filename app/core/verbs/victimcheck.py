@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from app.core.gpu.ask import GpuAsk, fits_mask, give
 from app.core.model.gang import gang_spec
 from app.core.model.values import Pod
-from app.core.state.cache import NodeView, Snapshot
+from app.core.state.view import NodeView, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
