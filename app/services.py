@@ -19,7 +19,7 @@ from app.core.admission.pods import NamespaceReader, OwnerReader
 from app.core.cycle.leadership import Leadership
 from app.core.cycle.loop import PlannerLoop
 from app.core.insight.census import CensusTaker
-from app.core.insight.explain import GangLines
+from app.core.insight.headlines import GangLines
 from app.core.insight.shares import ShareHistory, ShareSampler
 from app.core.model.clusterfile import load_cluster_file
 from app.core.model.errors import MusterError

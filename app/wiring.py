@@ -17,7 +17,7 @@ from app.core.cycle.leadership import Leadership
 from app.core.cycle.loop import PlannerLoop
 from app.core.cycle.planner import Planner
 from app.core.insight.census import CensusTaker
-from app.core.insight.explain import GangLines, Headlines
+from app.core.insight.headlines import GangLines, Headlines
 from app.core.insight.shares import ShareHistory, ShareSampler, pending_pods
 from app.core.policies.fgd import default_policy
 from app.core.policies.gangorder import gang_order

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.core.insight.explain import explain_gangs
+from app.core.insight.headlines import explain_gangs
 from app.core.insight.shares import SAMPLED, ShareHistory
 from app.core.model.categories import Category, JobState
 

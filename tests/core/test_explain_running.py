@@ -23,7 +23,7 @@ from app.core.actions.victims import Unit, freed, running_units, same_unit
 from app.core.cycle.memos import ACROSS_SCOPES, SnapshotMemo
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planner import Planner
-from app.core.insight import explain, forward
+from app.core.insight import eta, explain, fixes, forward, units
 from app.core.insight.explain import explain_gang, explain_pod
 from app.core.insight.whatif import proposal_from, what_if
 from app.core.model.values import Pod
@@ -169,7 +169,7 @@ def test_units_brought_up_to_date_equal_units_found_from_scratch(
         _running_event(cache, planner, rng, step)
         clock[0] += rng.choice([0.0, 0.0, 1.0, 5.0, 60.0])
         outlook = planner.look()
-        found = explain._units(outlook)
+        found = units.units_of(outlook)
         scratch = _units_from_scratch(outlook)
         assert len(found.units) == len(scratch), step
         # Units of pods that started on their own since may sit elsewhere in the list (see
@@ -241,9 +241,9 @@ def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -
     planner.cycle(force=True)
     outlook = planner.look()
     answers = {k: explain_gang(outlook, *k.split("/")).as_dict() for k in outlook.gangs}
-    order = explain._ending(outlook, replace(outlook.session.snapshot,
+    order = eta._ending(outlook, replace(outlook.session.snapshot,
                                              view=outlook.session.backfill_view()))  # fmt: skip
-    token = explain._units(outlook).token
+    token = units.units_of(outlook).token
     running = next(p for p in cache.snapshot().pods.values() if p.node_name)
     cache.upsert_pods([replace(running, annotations={**running.annotations, "status": "x"})])
     after = planner.look()
@@ -251,8 +251,8 @@ def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -
     again = {k: explain_gang(after, *k.split("/")).as_dict() for k in after.gangs}
     assert again == answers
     snapshot = replace(after.session.snapshot, view=after.session.backfill_view())
-    assert explain._ending(after, snapshot) is order
-    assert explain._units(after).token is token
+    assert eta._ending(after, snapshot) is order
+    assert units.units_of(after).token is token
     # A runtime change moves that pod's end: the order is found again (and differs).
     pod = cache.pod(running.uid)
     assert pod is not None
@@ -260,8 +260,8 @@ def test_a_running_pods_status_update_keeps_the_order_units_and_priority_fix() -
                                                  "muster.io/expected-runtime": "7h"})])  # fmt: skip
     later = planner.look()
     snapshot = replace(later.session.snapshot, view=later.session.backfill_view())
-    assert explain._ending(later, snapshot) is not order
-    assert explain._ending(later, snapshot).ends != order.ends
+    assert eta._ending(later, snapshot) is not order
+    assert eta._ending(later, snapshot).ends != order.ends
 
 
 @pytest.mark.parametrize("planned", [False, True])
@@ -339,12 +339,12 @@ def test_the_view_without_lower_units_kept_equals_one_freed_from_scratch(seed: i
         _crowded_event(cache, rng, step)
         clock[0] += rng.choice([0.0, 0.0, 1.0])
         outlook = planner.look()
-        fixes = [f for a in _gangs_as_fresh(outlook, step) for f in a["fixes"]]
-        assert any(f["change"].startswith("priority") for f in fixes), step
-        found = explain._units(outlook)
+        offered = [f for a in _gangs_as_fresh(outlook, step) for f in a["fixes"]]
+        assert any(f["change"].startswith("priority") for f in offered), step
+        found = units.units_of(outlook)
         snapshot = replace(outlook.session.snapshot, view=outlook.session.backfill_view())
         lower = [u for u in found.units if u.priority < 1]
-        view = explain._freed_below(outlook, snapshot, found, 1)
+        view = fixes._freed_below(outlook, snapshot, found, 1)
         scratch = freed(snapshot, lower)
         assert np.array_equal(view.used, scratch.used), step
         assert np.array_equal(view.gpu_free, scratch.gpu_free), step
@@ -387,17 +387,17 @@ def test_units_keep_past_ten_seconds_only_while_their_order_by_work_lost_cannot_
     rng = random.Random(5)
     cache, planner, clock = _cluster(rng)
     outlook = planner.look()
-    assert explain._units(outlook).timeless
+    assert units.units_of(outlook).timeless
     clock[0] += 3600.0
     later = planner.look()
-    assert explain._units(later).token is explain._units(outlook).token
+    assert units.units_of(later).token is units.units_of(outlook).token
     gang = [replace(_member("pair", i, 2, 1, 0, "1h"), node_name=NODES[i], phase="Running",
                     started=clock[0] - 600) for i in (0, 1)]  # fmt: skip
     cache.upsert_pods([replace(p, scheduler_name="muster") for p in gang])
-    found = explain._units(planner.look())
+    found = units.units_of(planner.look())
     assert any(len(u.pods) == 2 for u in found.units)
     assert not found.timeless
-    assert not found.fresh(found.since + explain.UNITS_SECONDS)
+    assert not found.fresh(found.since + units.UNITS_SECONDS)
 
 
 def test_starts_and_ends_take_the_kept_placements_hints_and_verdicts(

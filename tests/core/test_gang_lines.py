@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.cycle.outlook import Outlook
-from app.core.insight.explain import GangLines, explain_gang, explain_gangs
+from app.core.insight.explain import explain_gang
+from app.core.insight.headlines import GangLines, explain_gangs
 from tests.core.scenario import NAMESPACE, planner_for
 from tests.core.test_explain_scenarios import ROWS, Row
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.core.insight.explain import COUNTED_SECONDS, REUSE_SECONDS, STEADY_SECONDS, Headlines
+from app.core.insight.headlines import COUNTED_SECONDS, REUSE_SECONDS, STEADY_SECONDS, Headlines
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway

@@ -19,7 +19,8 @@ import numpy as np
 from app.core.cycle.describe import gang_state
 from app.core.cycle.outlook import Outlook
 from app.core.gpu.ask import MILLI
-from app.core.insight.explain import CATEGORIES, STATES, explain_gang, gang_eta
+from app.core.insight.eta import gang_eta
+from app.core.insight.explain import CATEGORIES, STATES, explain_gang
 from app.core.model.categories import Category, JobState
 from app.core.model.gang import Gang
 from app.core.model.queues import UNLIMITED

@@ -29,14 +29,9 @@ from app.core.admission.workloads import (
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import gangs_of
 from app.core.cycle.outlook import Outlook
-from app.core.insight.explain import (
-    Explanation,
-    Job,
-    explain_job,
-    lone_memo,
-    place_job,
-    view_for,
-)
+from app.core.insight.explain import Explanation, explain_job
+from app.core.insight.jobs import Job, place_job, view_for
+from app.core.insight.units import lone_memo
 from app.core.model.categories import Category
 from app.core.model.errors import InvalidInput
 from app.core.model.gang import Gang, collect_gangs
