@@ -56,6 +56,7 @@ def _serve_settings(args: argparse.Namespace) -> Settings:
             else ""
         ),
         "scheduling_gates": args.scheduling_gates,
+        "bind_dry_run": args.bind_dry_run,
     }
     if args.cluster:
         return Settings(mode="standalone", cluster_file=Path(args.cluster), **common)
@@ -280,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="create gang members behind Muster's scheduling gate, removed once the "
                         "gang is planned (default auto: where the API server serves gates, "
                         "Kubernetes 1.27+)")  # fmt: skip
+    s.add_argument("--bind-dry-run", choices=["auto", "always"], default="auto",
+                   help="send a gang's Bindings as dry runs before binding any member (default "
+                        "auto: while an admission webhook or policy may see Bindings, or that "
+                        "cannot be read)")  # fmt: skip
     s.set_defaults(func=serve)
     c = sub.add_parser("certs", help="make the webhook's CA and serving certificate")
     from app.certs import add_arguments

@@ -24,6 +24,7 @@ from app.core.insight.shares import ShareHistory, ShareSampler
 from app.core.model.clusterfile import load_cluster_file
 from app.core.model.errors import MusterError
 from app.core.model.labels import HOLD_RECORD, LEADER_ENDPOINT
+from app.core.state.bindadmission import BindAdmission
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import Gateway, InMemoryGateway
 from app.core.state.journal import Journal
@@ -96,6 +97,8 @@ class Services:
 
     #: Whether the webhook creates gang members behind Muster's scheduling gate.
     gang_gate: bool = False
+    #: Cluster mode: what admission may see of Bindings, so whether gangs bind after dry runs.
+    bind_admission: BindAdmission | None = None
 
     def start(self) -> None:
         """Start filling the cache (cluster mode), the election and the planner's loop."""
@@ -137,11 +140,14 @@ def build_services(
     if settings.leader_elect and settings.mode != "cluster":
         raise MusterError("leader election needs cluster mode (a kubeconfig or in-cluster)")
     gang_gate = False
+    bind_admission: BindAdmission | None = None
     if settings.mode == "cluster":
+        from app.k8s.admission import AdmissionSync
         from app.k8s.config import load_api_client
         from app.k8s.gateway import KubeGateway
-        from app.k8s.groups import GroupSync, KubeGroupApi, PriorityClasses
+        from app.k8s.groups import GroupSync, PriorityClasses
         from app.k8s.owners import NamespaceLister, OwnerLister
+        from app.k8s.served import KubeGroupApi
         from app.k8s.sync import ClusterSync
 
         api = api_client or load_api_client(settings.kubeconfig, settings.in_cluster or None)
@@ -152,7 +158,11 @@ def build_services(
             priority_of=PriorityClasses(api),
             rediscover=settings.group_discovery_seconds,
         )
-        source = ClusterSync(cache, api, groups=groups, on_synced=freeze_heap)
+        bind_admission = BindAdmission(settings.bind_dry_run)
+        admission = AdmissionSync(
+            bind_admission, KubeGroupApi(api), rediscover=settings.group_discovery_seconds
+        )
+        source = ClusterSync(cache, api, groups=groups, admission=admission, on_synced=freeze_heap)
         owners, namespaces = OwnerLister(api), NamespaceLister(api)
         if settings.leader_elect:
             election = _elector(settings, api, cache, lambda: graph)
@@ -167,8 +177,9 @@ def build_services(
         cache.mark_synced()
         gateway = gateway or InMemoryGateway(cache)
     graph = build_graph(
-        settings, cache, gateway, lease_held=(lambda: election.held) if election else None
-    )
+        settings, cache, gateway, lease_held=(lambda: election.held) if election else None,
+        bind_admission=bind_admission,
+    )  # fmt: skip
     return Services(
         settings,
         cache,
@@ -187,6 +198,7 @@ def build_services(
         graph.leadership,
         election,
         gang_gate,
+        bind_admission,
     )
 
 

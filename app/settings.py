@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.core.state.bindadmission import DryRunMode
 from app.core.state.domains import DEFAULT_KEYS
 
 DEMO_CLUSTER = Path(__file__).parent / "data" / "demo-cluster.yaml"
@@ -95,6 +96,10 @@ class Settings:
     #: Whether the webhook creates gang members behind Muster's scheduling gate: ``auto`` (where
     #: the API server serves gates, 1.27+), ``on`` or ``off``.
     scheduling_gates: str = "auto"
+    #: Whether a gang's Bindings go to the API server as dry runs before any is made: ``auto``
+    #: (while an admission webhook or policy may see Bindings, or that is not known) or
+    #: ``always``.
+    bind_dry_run: DryRunMode = "auto"
 
     def describe(self) -> str:
         """One line saying where the cluster comes from."""

@@ -23,6 +23,7 @@ from app.core.policies.fgd import default_policy
 from app.core.policies.gangorder import gang_order
 from app.core.policies.gpuplacement import GpuPlacement
 from app.core.policies.minruntime import MinRuntime
+from app.core.state.bindadmission import BindAdmission
 from app.core.state.cache import ClusterCache
 from app.core.state.domains import trees_ahead
 from app.core.state.gateway import Gateway
@@ -89,6 +90,7 @@ def build_graph(
     wall: Clock = time.time,
     queues: QueueFile | None = None,
     lease_held: Callable[[], bool] | None = None,
+    bind_admission: BindAdmission | None = None,
 ) -> Graph:
     """Wire the planner, GPU placement, binders, extender and planner loop over ``cache``.
 
@@ -96,7 +98,8 @@ def build_graph(
     start times are compared with. ``queues`` defaults to ``settings.queue_file`` (``None``:
     one open queue); the simulator passes a fixed configuration instead. ``lease_held`` tells
     whether this replica holds the leader Lease (``None``: it always leads, see
-    ``Leadership``).
+    ``Leadership``). ``bind_admission`` says whether a gang's Bindings go as dry runs first
+    (``None``: always, where the gateway is a real API server).
     """
     if queues is None:
         queues = QueueFile(settings.queue_file)
@@ -128,7 +131,10 @@ def build_graph(
     binder = Binder(cache, gateway, device_chooser(planner, gpu, cache), plan_recorder(planner))
     leadership = Leadership(planner, cache, lease_held)
     barrier: Barrier[BindRequest] = Barrier(settings.bind_barrier_seconds)
-    gang_binder = GangBinder(cache, planner, binder, gateway, barrier, clock=clock, journal=journal)
+    gang_binder = GangBinder(
+        cache, planner, binder, gateway, barrier, clock=clock, journal=journal,
+        dry_run_wanted=bind_admission.dry_run_wanted if bind_admission is not None else None,
+    )  # fmt: skip
     headlines = Headlines(
         lambda: planner.look(wait=False),
         lambda: planner.cycles,

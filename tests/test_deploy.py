@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from app.core.admission.workloads import KINDS
+from app.core.model.admissionrules import ADMISSION_KINDS
 from app.core.model.groupobjects import GROUP_KINDS
 from app.core.model.queues import parse_queue_config
 from app.settings import Settings
@@ -125,6 +126,8 @@ def test_muster_rbac_covers_what_the_code_does(objects: dict) -> None:
     for group_kind in GROUP_KINDS:  # every gang object the cache may watch
         assert {"list", "watch"} <= allowed(group_kind.group, group_kind.plural)
     assert "get" in allowed("scheduling.k8s.io", "priorityclasses")
+    for admission_kind in ADMISSION_KINDS:  # what may see Bindings (dry runs or not)
+        assert {"list", "watch"} <= allowed(admission_kind.group, admission_kind.plural)
     granted = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
     core = {"nodes", "pods", "pods/binding", "pods/eviction", "namespaces", "events"}
     expected = (
@@ -132,6 +135,7 @@ def test_muster_rbac_covers_what_the_code_does(objects: dict) -> None:
         | {(k.group, k.plural) for k in KINDS}
         | {(k.group, k.plural) for k in GROUP_KINDS}
         | {("scheduling.k8s.io", "priorityclasses")}
+        | {(k.group, k.plural) for k in ADMISSION_KINDS}
     )
     assert granted == expected, "nothing beyond what Muster uses"
     assert all("*" not in r["verbs"] for r in rules)

@@ -334,3 +334,18 @@ def leadership(request: Request) -> dict[str, Any]:
         "hold": {"owner": owner, "nodes": sorted(holds), "until": until} if owner else None,
     }
     return body
+
+
+@router.get(
+    "/binds", summary="Whether gangs bind after dry runs, and which admission sees Bindings"
+)
+def binds(request: Request) -> dict[str, Any]:
+    """``dryRun``: whether a gang's Bindings go to the API server as dry runs before any member
+    is bound; ``mode`` (``--bind-dry-run``); ``known``: whether the admission configurations
+    have all been listed; ``seeBindings``: the webhooks (``CONFIG/WEBHOOK``) and policies whose
+    rules match ``CREATE pods/binding``. Standalone: no API server, no dry runs."""
+    admission = request.app.state.muster.bind_admission
+    if admission is None:
+        return {"mode": None, "known": True, "seeBindings": [], "dryRun": False}
+    body: dict[str, Any] = admission.describe()
+    return body

@@ -22,6 +22,7 @@ from app.core.model.errors import InvalidInput
 from app.core.model.parse import node_from_dict, pod_from_dict
 from app.core.model.values import Node, Pod
 from app.core.state.cache import ClusterCache
+from app.k8s.admission import AdmissionSync
 from app.k8s.groups import GroupSync
 from app.k8s.reflector import Kind, Reflector, display_name, meta_of
 
@@ -38,6 +39,8 @@ class ClusterSync:
     ``watch_timeout`` is the server-side watch duration, which bounds how long a loop can go
     without looking at the stop flag. ``groups`` (``app.k8s.groups``) also keeps the group
     objects (PodGroups ...) in step; the cache counts as synced once they are listed too.
+    ``admission`` (``app.k8s.admission``) keeps what admission may see of Bindings; it starts
+    and stops with the rest, and the cache's sync does not wait for it.
     Call ``start()`` once and ``stop()`` once.
     """
 
@@ -49,12 +52,14 @@ class ClusterSync:
         resync_backoff: float = 1.0,
         watch_timeout: int = 5,
         groups: GroupSync | None = None,
+        admission: AdmissionSync | None = None,
         on_synced: Callable[[], None] | None = None,
     ) -> None:
         """``on_synced`` (if any) runs once, in the watch thread, when the initial lists are in
         the cache."""
         self._cache = cache
         self._groups = groups
+        self._admission = admission
         self._on_synced = on_synced
         if groups is not None:
             groups.on_ready = self._listed
@@ -105,6 +110,8 @@ class ClusterSync:
             thread.start()
         if self._groups is not None:
             self._groups.start()
+        if self._admission is not None:
+            self._admission.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop both loops and wait up to ``timeout`` seconds for their threads to end."""
@@ -114,6 +121,8 @@ class ClusterSync:
         deadline = time.monotonic() + timeout
         if self._groups is not None:
             self._groups.stop(timeout)
+        if self._admission is not None:
+            self._admission.stop(timeout)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -176,6 +185,7 @@ class ClusterSync:
             "relists": self.relists,
             "skipped": self.skipped,
             **({"groups": self._groups.stats()} if self._groups is not None else {}),
+            **({"admission": self._admission.stats()} if self._admission is not None else {}),
         }
 
     # -- cache plumbing -----------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.core.model.values import Node, Pod
+from app.core.state.bindadmission import BindAdmission
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.bind import BindOutcome
@@ -50,6 +51,9 @@ class Cluster:
     #: the planner's and barrier's clock, and the wall clock (epoch seconds)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    #: what admission may see of Bindings (``None``: gangs always bind after dry runs, where
+    #: the gateway blocks as a real API server does)
+    bind_admission: BindAdmission | None = None
     cache: ClusterCache = field(init=False)
     gateway: InMemoryGateway = field(init=False)
     extender: Extender = field(init=False)
@@ -67,8 +71,9 @@ class Cluster:
         self.cache.upsert_nodes(self.nodes)
         self.gateway = InMemoryGateway(self.cache)
         self.graph = build_graph(
-            settings, self.cache, self.gateway, queues=queues, clock=self.clock, wall=self.wall
-        )
+            settings, self.cache, self.gateway, queues=queues, clock=self.clock, wall=self.wall,
+            bind_admission=self.bind_admission,
+        )  # fmt: skip
         self.extender = self.graph.extender
 
     @property

@@ -349,10 +349,22 @@ class RefusingWebhook:
         self._thread.join(timeout=10)
 
 
+HOOK_SEEN = "e2e-refuse-binds/refuse-binds.e2e.muster.io"
+
+
+def muster_sees(muster: httpx.Client, seen: bool) -> None:
+    """Wait until Muster's ``/debug/binds`` lists the test's webhook (``seen``) or not."""
+    wait_for(lambda: (HOOK_SEEN in muster.get("/debug/binds").json()["seeBindings"]) is seen,
+             30, f"Muster to see the webhook {'added' if seen else 'removed'}")  # fmt: skip
+
+
 @contextmanager
-def registered(core: kubernetes.client.CoreV1Api, hook: RefusingWebhook) -> Iterator[None]:
+def registered(
+    core: kubernetes.client.CoreV1Api, hook: RefusingWebhook, muster: httpx.Client
+) -> Iterator[None]:
     """The hook as a ValidatingWebhookConfiguration on ``pods/binding`` CREATE in namespaces
-    labelled ``e2e-refuse=yes``, for the duration of the block."""
+    labelled ``e2e-refuse=yes``, for the duration of the block (entered once Muster's watch
+    has seen it, left once it has seen it go)."""
     admission = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
     admission.create_validating_webhook_configuration({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -371,9 +383,11 @@ def registered(core: kubernetes.client.CoreV1Api, hook: RefusingWebhook) -> Iter
         }],
     })  # fmt: skip
     try:
+        muster_sees(muster, True)
         yield
     finally:
         admission.delete_validating_webhook_configuration("e2e-refuse-binds")
+        muster_sees(muster, False)
 
 
 def test_binds_refused_for_a_while_no_gang_is_partly_bound(parts: Parts) -> None:
@@ -386,7 +400,11 @@ def test_binds_refused_for_a_while_no_gang_is_partly_bound(parts: Parts) -> None
     for name in nodes:
         create_gpu_node(core, name, gpus=8, labels={"e2e": "refuse"})
     wait_nodes(parts.muster, nodes)
-    with RefusingWebhook(cp) as hook, ResilientWatch(core, ns) as seen, registered(core, hook):
+    with (
+        RefusingWebhook(cp) as hook,
+        ResilientWatch(core, ns) as seen,
+        registered(core, hook, parts.muster),
+    ):
         jobs = ["a", "b"]
         for job in jobs:
             create_gang(core, ns, job, "refuse")
@@ -415,7 +433,7 @@ def test_a_bind_refused_for_one_member_binds_no_member(parts: Parts) -> None:
     with (
         RefusingWebhook(cp, only={"c-3"}) as hook,
         ResilientWatch(core, ns) as seen,
-        registered(core, hook),
+        registered(core, hook, parts.muster),
     ):
         create_gang(core, ns, "c", "refuse-one")
         wait_for(lambda: "c-3" in hook.refused, 90, "c-3's bind refused")
@@ -429,3 +447,53 @@ def test_a_bind_refused_for_one_member_binds_no_member(parts: Parts) -> None:
     assert not set(seen.placements) - {f"c-{i}" for i in range(GANG)}
     print(f"\none member refused: {hook.refused.count('c-3')} refusals, {hook.dry_runs} dry runs;"
           f" gang bound {took:.1f}s after the refusal ended")  # fmt: skip
+
+
+def dry_run_binds(cp: ControlPlane) -> int:
+    """How many dry-run Bindings (``pods/binding``, ``dryRun=All``) the API server has served,
+    from its own ``apiserver_request_total``."""
+    api = cp.api_client()
+    try:
+        headers = {v["key"]: v["value"] for v in api.configuration.auth_settings().values()}
+        response = api.call_api("GET", api.configuration.host + "/metrics", header_params=headers)
+        text = response.read().decode()
+    finally:
+        api.close()
+    total = 0.0
+    for line in text.splitlines():
+        if (line.startswith("apiserver_request_total{") and 'subresource="binding"' in line
+                and 'dry_run="All"' in line):  # fmt: skip
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def test_gangs_bind_after_dry_runs_only_where_admission_sees_bindings(parts: Parts) -> None:
+    """No webhook on Bindings: a gang binds with no dry run at all (the API server's own
+    count). A webhook on ``pods/binding`` registered (it allows every bind): Muster's watch
+    sees it, and the next gang's 8 members are each asked about in a dry run first."""
+    core, cp = parts.core, parts.cp
+    ns = "dry-runs"
+    core.create_namespace({"metadata": {"name": ns}})
+    nodes = node_names("dry-runs", 2)
+    for name in nodes:
+        create_gpu_node(core, name, gpus=8, labels={"e2e": "dry-runs"})
+    wait_nodes(parts.muster, nodes)
+    wait_for(lambda: parts.muster.get("/debug/binds").json() == {
+        "mode": "auto", "known": True, "seeBindings": [], "dryRun": False,
+    }, 30, "Muster to know no admission sees Bindings")  # fmt: skip
+    with ResilientWatch(core, ns) as seen:
+        before = dry_run_binds(cp)
+        create_gang(core, ns, "plain", "dry-runs")
+        wait_for(lambda: bound(seen, "plain") == GANG, 90, "the first gang to start")
+        without = dry_run_binds(cp) - before
+        with RefusingWebhook(cp) as hook, registered(core, hook, parts.muster):
+            hook.refusing = False
+            assert parts.muster.get("/debug/binds").json()["dryRun"] is True
+            before = dry_run_binds(cp)
+            create_gang(core, ns, "checked", "dry-runs")
+            wait_for(lambda: bound(seen, "checked") == GANG, 90, "the second gang to start")
+            checked = dry_run_binds(cp) - before
+        wait_books_agree(parts, ns, nodes)
+    print(f"\ndry-run Bindings: {without} without a webhook on Bindings, {checked} with one")
+    assert without == 0
+    assert checked >= GANG  # every member once (again if kube-scheduler retried the gang)

@@ -77,10 +77,14 @@ class GangBinder:
         *,
         clock: Callable[[], float],
         journal: Journal | None = None,
+        dry_run_wanted: Callable[[], bool] | None = None,
     ) -> None:
         """``clock`` times the barrier's waits: monotonic seconds on the server, simulated time
         in the simulator (``app.wiring`` builds both). ``journal`` (if any) records gangs
-        started, rolled back and barrier waits that ran out."""
+        started, rolled back and barrier waits that ran out. ``dry_run_wanted`` (if any) says
+        whether a gang's Bindings are tried as dry runs first (``BindAdmission``); without it
+        they always are, against a real API server."""
+        self._dry_run_wanted = dry_run_wanted
         self._cache = cache
         self._journal = journal
         self._planner = planner
@@ -257,9 +261,12 @@ class GangBinder:
 
     async def _dry_run(self, requests: Sequence[BindRequest]) -> list[BindOutcome]:
         """Ask the API server about every member's bind before binding any (real clusters
-        only): a refusal that holds for the dry run too (a webhook, a policy) then rolls the
-        gang back with no member bound, instead of binding some and deleting them."""
-        if not self._gateway.blocking:
+        where admission may see Bindings): a refusal that holds for the dry run too (a webhook,
+        a policy) then rolls the gang back with no member bound, instead of binding some and
+        deleting them."""
+        if not self._gateway.blocking or not (
+            self._dry_run_wanted is None or self._dry_run_wanted()
+        ):
             return [BindOutcome() for _ in requests]
         checks = (
             asyncio.to_thread(self._binder.check, r.namespace, r.name, r.uid, r.node)

@@ -1,0 +1,73 @@
+"""Whether a gang's Bindings go to the API server as dry runs first.
+
+``BindAdmission`` keeps, per admission configuration the API server serves, what in it may see
+Muster's Bindings (``app.core.model.admissionrules``), as ``app.k8s.admission`` lists and
+watches them. A dry run is wanted while anything may see them, and while that is not known:
+before the first full list, and for good when the configurations cannot be read (no RBAC, say):
+the dry runs are the safe side, they only cost requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+#: ``auto``: dry runs only while some admission configuration may see Bindings (or that is
+#: not known); ``always``: before every gang's binds.
+DryRunMode = Literal["auto", "always"]
+
+
+class BindAdmission:
+    """What admission may see Muster's Bindings; thread-safe (the watch threads write, bind
+    calls read)."""
+
+    def __init__(self, mode: DryRunMode = "auto") -> None:
+        self._mode = mode
+        self._lock = threading.Lock()
+        #: source -> configuration name -> what in it matches (only non-empty entries kept)
+        self._seen: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._known = False
+
+    def replace(self, source: str, matches: Mapping[str, tuple[str, ...]]) -> None:
+        """Every configuration of ``source`` as just listed."""
+        with self._lock:
+            self._seen[source] = {name: m for name, m in matches.items() if m}
+
+    def upsert(self, source: str, name: str, matches: tuple[str, ...]) -> None:
+        """Configuration ``name`` of ``source`` was added or changed."""
+        with self._lock:
+            found = self._seen.setdefault(source, {})
+            if matches:
+                found[name] = matches
+            else:
+                found.pop(name, None)
+
+    def delete(self, source: str, name: str) -> None:
+        """Configuration ``name`` of ``source`` is gone."""
+        with self._lock:
+            self._seen.get(source, {}).pop(name, None)
+
+    def drop(self, source: str) -> None:
+        """The API server no longer serves ``source``'s kind."""
+        with self._lock:
+            self._seen.pop(source, None)
+
+    def mark_known(self) -> None:
+        """Every served kind has been listed once: from now on the lists are the truth."""
+        with self._lock:
+            self._known = True
+
+    def dry_run_wanted(self) -> bool:
+        """Whether a gang's Bindings should be tried as dry runs before any is made."""
+        with self._lock:
+            return self._mode == "always" or not self._known or any(self._seen.values())
+
+    def describe(self) -> dict[str, Any]:
+        """For ``/debug``: the mode, whether the configurations are known, what matches."""
+        with self._lock:
+            matching = sorted(m for found in self._seen.values() for ms in found.values()
+                              for m in ms)  # fmt: skip
+            known = self._known
+        wanted = self._mode == "always" or not known or bool(matching)
+        return {"mode": self._mode, "known": known, "seeBindings": matching, "dryRun": wanted}

@@ -1,0 +1,62 @@
+"""Keep ``BindAdmission`` in step with the admission configurations the API server serves.
+
+Discovery and the list+watch loops are ``app.k8s.served.ServedKinds``'s, over
+``app.core.model.admissionrules.ADMISSION_KINDS`` (webhook configurations, and admission
+policies where the API serves them); each configuration listed or changed is read by
+``binding_matchers``. ``BindAdmission`` is told the lists are complete once every served kind
+has been listed (until then, and for good if they cannot be listed, gangs keep their dry
+runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from app.core.model.admissionrules import ADMISSION_KINDS, AdmissionKind, binding_matchers
+from app.core.state.bindadmission import BindAdmission
+from app.k8s.reflector import meta_of
+from app.k8s.served import GroupApi, ServedKinds
+
+
+class AdmissionSync(ServedKinds[AdmissionKind]):
+    """List+watch loops for the admission configurations, feeding ``admission``."""
+
+    #: A kind not asked about might see Bindings: the lists are complete only without errors.
+    READY_DESPITE_ERRORS = False
+
+    def __init__(
+        self,
+        admission: BindAdmission,
+        api: GroupApi,
+        *,
+        kinds: Iterable[AdmissionKind] = ADMISSION_KINDS,
+        rediscover: float = 30.0,
+        resync_backoff: float = 1.0,
+        watch_timeout: int = 60,
+    ) -> None:
+        super().__init__(
+            api, kinds, name="admission", rediscover=rediscover, resync_backoff=resync_backoff,
+            watch_timeout=watch_timeout,
+        )  # fmt: skip
+        self._admission = admission
+        self.on_ready = admission.mark_known
+
+    def _replace(self, kind: AdmissionKind, api_version: str, items: list[dict[str, Any]]) -> int:
+        self._admission.replace(
+            kind.source, {_name(obj): binding_matchers(obj, kind) for obj in items}
+        )
+        return len(items)
+
+    def _upsert(self, kind: AdmissionKind, api_version: str, obj: dict[str, Any]) -> None:
+        self._admission.upsert(kind.source, _name(obj), binding_matchers(obj, kind))
+
+    def _delete(self, kind: AdmissionKind, api_version: str, obj: dict[str, Any]) -> None:
+        self._admission.delete(kind.source, _name(obj))
+
+    def _dropped(self, kind: AdmissionKind) -> None:
+        self._admission.drop(kind.source)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(meta_of(obj).get("name", ""))
