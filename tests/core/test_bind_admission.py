@@ -9,6 +9,7 @@ import pytest
 
 from app.core.model.errors import GatewayError
 from app.core.state.bindadmission import BindAdmission
+from app.core.verbs.bind import BindOutcome
 from tests.core.gangsim import Cluster
 from tests.core.test_gangs import member
 from tests.factories import node
@@ -69,48 +70,64 @@ def test_describe_names_what_sees_bindings() -> None:
     }  # fmt: skip
 
 
-def bind_gang(admission: BindAdmission | None) -> tuple[list[str], Cluster]:
-    """Bind a 4-member gang through a blocking (API-server-like) gateway; the members whose
-    Bindings were asked about as dry runs."""
+def bind_gang(
+    admission: BindAdmission | None, refuse: str = ""
+) -> tuple[list[str], list[BindOutcome], Cluster]:
+    """Bind a 4-member gang through a blocking (API-server-like) gateway that refuses the
+    real Binding of member ``refuse`` (if any): the members asked about in dry runs, the
+    outcomes of the bind calls, and the cluster."""
     asked: list[str] = []
     cluster = Cluster([node("n", gpus=8)], bind_admission=admission)
     cluster.gateway.blocking = True  # type: ignore[misc]
+    real_bind = cluster.gateway.bind
 
     def check_bind(namespace: str, name: str, uid: str, node: str) -> None:
         asked.append(name)
 
+    def bind(namespace: str, name: str, uid: str, node: str, annotations: object = None) -> None:
+        if name == refuse:
+            raise GatewayError("Forbidden", 'admission webhook "new" denied the request')
+        real_bind(namespace, name, uid, node, annotations)  # type: ignore[arg-type]
+
     cluster.gateway.check_bind = check_bind  # type: ignore[method-assign]
+    cluster.gateway.bind = bind  # type: ignore[method-assign]
     gang = [member("g", i) for i in range(4)]
     cluster.cache.upsert_pods(gang)
 
-    async def scenario() -> None:
+    async def scenario() -> list[BindOutcome]:
         attempts = [cluster.attempt(p) for p in gang]
-        outcomes = await asyncio.gather(*(t.bind for t in attempts if t.bind))
-        assert [o.error for o in outcomes] == [""] * 4
+        return list(await asyncio.gather(*(t.bind for t in attempts if t.bind)))
 
-    asyncio.run(scenario())
-    assert all(cluster.bound(p) == "n" for p in gang)
-    return sorted(asked), cluster
+    outcomes = asyncio.run(scenario())
+    return sorted(asked), outcomes, cluster
+
+
+def bound_whole(admission: BindAdmission | None) -> list[str]:
+    """``bind_gang`` with no refusal: every member bound; the members asked about."""
+    asked, outcomes, cluster = bind_gang(admission)
+    assert [o.error for o in outcomes] == [""] * 4
+    assert all(cluster.bound(p) == "n" for p in cluster.cache.snapshot().pods.values())
+    return asked
 
 
 def test_a_gang_binds_without_dry_runs_where_admission_sees_no_binding() -> None:
     admission = BindAdmission()
     tell(admission, [("replace", W, {"muster": ()}), ("known",)])
-    asked, _ = bind_gang(admission)
+    asked = bound_whole(admission)
     assert asked == []
 
 
 def test_a_gang_binds_after_dry_runs_where_a_webhook_sees_bindings() -> None:
     admission = BindAdmission()
     tell(admission, [("replace", W, {"guard": ("guard/binds.example.com",)}), ("known",)])
-    asked, _ = bind_gang(admission)
+    asked = bound_whole(admission)
     assert asked == ["g-0", "g-1", "g-2", "g-3"]
 
 
 def test_a_gang_binds_after_dry_runs_until_admission_is_known() -> None:
-    asked, _ = bind_gang(BindAdmission())
+    asked = bound_whole(BindAdmission())
     assert asked == ["g-0", "g-1", "g-2", "g-3"]
-    asked, _ = bind_gang(None)  # no BindAdmission at all: always
+    asked = bound_whole(None)  # no BindAdmission at all: always
     assert asked == ["g-0", "g-1", "g-2", "g-3"]
 
 
@@ -119,25 +136,8 @@ def test_a_refusal_without_dry_runs_still_leaves_no_partial_gang() -> None:
     bound are deleted (their controller makes them again), so no partial gang keeps GPUs."""
     admission = BindAdmission()
     tell(admission, [("known",)])
-    cluster = Cluster([node("n", gpus=8)], bind_admission=admission)
-    cluster.gateway.blocking = True  # type: ignore[misc]
-    real_bind = cluster.gateway.bind
-
-    def bind(namespace: str, name: str, uid: str, node: str, annotations: object = None) -> None:
-        if name == "g-2":
-            raise GatewayError("Forbidden", 'admission webhook "new" denied the request')
-        real_bind(namespace, name, uid, node, annotations)  # type: ignore[arg-type]
-
-    cluster.gateway.bind = bind  # type: ignore[method-assign]
-    gang = [member("g", i) for i in range(4)]
-    cluster.cache.upsert_pods(gang)
-
-    async def scenario() -> None:
-        attempts = [cluster.attempt(p) for p in gang]
-        outcomes = await asyncio.gather(*(t.bind for t in attempts if t.bind))
-        assert {o.reason for o in outcomes} == {"RolledBack"}
-
-    asyncio.run(scenario())
-    bound = sorted(f"default/{p.name}" for p in gang if p.name != "g-2")
-    assert sorted(cluster.gateway.deletions) == bound
+    asked, outcomes, cluster = bind_gang(admission, refuse="g-2")
+    assert asked == []
+    assert {o.reason for o in outcomes} == {"RolledBack"}
+    assert sorted(cluster.gateway.deletions) == ["default/g-0", "default/g-1", "default/g-3"]
     assert cluster.cache.view().used_of("n").gpu == 0
