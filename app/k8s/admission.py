@@ -5,7 +5,8 @@ Discovery and the list+watch loops are ``app.k8s.served.ServedKinds``'s, over
 policies where the API serves them); each configuration listed or changed is read by
 ``binding_matchers``. ``BindAdmission`` is told the lists are complete once every served kind
 has been listed (until then, and for good if they cannot be listed, gangs keep their dry
-runs).
+runs), and asks ``healthy`` whether every loop still works (while one fails, they keep them
+too).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class AdmissionSync(ServedKinds[AdmissionKind]):
         )  # fmt: skip
         self._admission = admission
         self.on_ready = admission.mark_known
+        admission.watch_health(self.healthy)
 
     def _replace(self, kind: AdmissionKind, api_version: str, items: list[dict[str, Any]]) -> int:
         self._admission.replace(

@@ -260,6 +260,13 @@ class ServedKinds(Generic[K]):
 
     # -- status ---------------------------------------------------------------------------
 
+    def healthy(self) -> bool:
+        """Whether the last discovery round asked about every kind and no loop is failing."""
+        with self._lock:
+            entries = list(self._served.values())
+        return self.discovery_error is None and all(e.reflector.last_error is None
+                                                    for e in entries)  # fmt: skip
+
     @property
     def served(self) -> list[str]:
         """The kinds being watched: ``podgroups.scheduling.volcano.sh/v1beta1`` ..."""

@@ -61,6 +61,20 @@ def test_always_means_always(what: str, steps: list[tuple[object, ...]], wanted:
     assert admission.dry_run_wanted() is True
 
 
+def test_a_failing_watch_turns_dry_runs_on_until_it_works_again() -> None:
+    admission = BindAdmission()
+    tell(admission, [("replace", W, {}), ("known",)])
+    working = [True]
+    admission.watch_health(lambda: working[0])
+    assert not admission.dry_run_wanted()
+    working[0] = False
+    assert admission.dry_run_wanted()
+    assert admission.describe() == {"mode": "auto", "known": False, "seeBindings": [],
+                                    "dryRun": True}  # fmt: skip
+    working[0] = True
+    assert not admission.dry_run_wanted() and admission.describe()["known"]
+
+
 def test_describe_names_what_sees_bindings() -> None:
     admission = BindAdmission()
     tell(admission, [("replace", W, {"b": ("b/x", "b/y"), "a": ("a/w",)}),

@@ -132,6 +132,20 @@ def test_unreadable_configurations_keep_dry_runs(run: Callable[..., Any]) -> Non
     assert admission.dry_run_wanted() and not admission.describe()["known"]
 
 
+def test_a_failing_watch_keeps_dry_runs(run: Callable[..., Any]) -> None:
+    """Listed, then every watch fails: what changes meanwhile is not known, so dry runs stay on
+    (and ``known`` says false) while it fails."""
+    from kubernetes.client.exceptions import ApiException
+
+    api = FakeGroupApi()
+    api.serve(GROUP, "v1", "validatingwebhookconfigurations",
+              [listing("1"), *[ApiException(status=500, reason="Internal")] * 50])  # fmt: skip
+    admission, sync = run(api)
+    eventually(lambda: sync.ready.is_set() and sync.stats()["last_error"], "the failing watch")
+    assert not sync.healthy()
+    assert admission.dry_run_wanted() and not admission.describe()["known"]
+
+
 def test_a_discovery_failure_keeps_dry_runs(run: Callable[..., Any]) -> None:
     class Unreachable(FakeGroupApi):
         def served(self, group: str, version: str) -> frozenset[str] | None:

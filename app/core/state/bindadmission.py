@@ -3,14 +3,15 @@
 ``BindAdmission`` keeps, per admission configuration the API server serves, what in it may see
 Muster's Bindings (``app.core.model.admissionrules``), as ``app.k8s.admission`` lists and
 watches them. A dry run is wanted while anything may see them, and while that is not known:
-before the first full list, and for good when the configurations cannot be read (no RBAC, say):
-the dry runs are the safe side, they only cost requests.
+before the first full list, for good when the configurations cannot be read (no RBAC, say),
+and while a watch of them is failing (what changed meanwhile is not known): the dry runs are
+the safe side, they only cost requests.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 #: ``auto``: dry runs only while some admission configuration may see Bindings (or that is
@@ -28,6 +29,11 @@ class BindAdmission:
         #: source -> configuration name -> what in it matches (only non-empty entries kept)
         self._seen: dict[str, dict[str, tuple[str, ...]]] = {}
         self._known = False
+        self._healthy: Callable[[], bool] = lambda: True
+
+    def watch_health(self, healthy: Callable[[], bool]) -> None:
+        """``healthy`` says whether every watch of the configurations works now."""
+        self._healthy = healthy
 
     def replace(self, source: str, matches: Mapping[str, tuple[str, ...]]) -> None:
         """Every configuration of ``source`` as just listed."""
@@ -60,14 +66,18 @@ class BindAdmission:
 
     def dry_run_wanted(self) -> bool:
         """Whether a gang's Bindings should be tried as dry runs before any is made."""
+        if self._mode == "always" or not self._healthy():
+            return True
         with self._lock:
-            return self._mode == "always" or not self._known or any(self._seen.values())
+            return not self._known or any(self._seen.values())
 
     def describe(self) -> dict[str, Any]:
-        """For ``/debug``: the mode, whether the configurations are known, what matches."""
+        """For ``/debug``: the mode, whether the configurations are known (listed, and every
+        watch of them working), what matches, and so whether dry runs are on."""
+        healthy = self._healthy()
         with self._lock:
             matching = sorted(m for found in self._seen.values() for ms in found.values()
                               for m in ms)  # fmt: skip
-            known = self._known
+            known = self._known and healthy
         wanted = self._mode == "always" or not known or bool(matching)
         return {"mode": self._mode, "known": known, "seeBindings": matching, "dryRun": wanted}

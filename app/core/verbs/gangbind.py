@@ -264,9 +264,8 @@ class GangBinder:
         where admission may see Bindings): a refusal that holds for the dry run too (a webhook,
         a policy) then rolls the gang back with no member bound, instead of binding some and
         deleting them."""
-        if not self._gateway.blocking or not (
-            self._dry_run_wanted is None or self._dry_run_wanted()
-        ):
+        wanted = self._dry_run_wanted is None or self._dry_run_wanted()
+        if not (self._gateway.blocking and wanted):
             return [BindOutcome() for _ in requests]
         checks = (
             asyncio.to_thread(self._binder.check, r.namespace, r.name, r.uid, r.node)
