@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
@@ -30,6 +29,7 @@ from fastapi import FastAPI
 
 from app.api.listeners import EXTENDER, OPS, ROLES, WEBHOOK, RouteGate
 from app.core.model.errors import MusterError
+from app.heap import freeze_heap
 from app.settings import Settings
 from app.tls import DEFAULT_INTERVAL, CertReloader
 
@@ -46,15 +46,6 @@ SWITCH_INTERVAL = 0.0005
 #: client: 90 s), so the client closes an idle connection first. With uvicorn's 5 s a call
 #: sent just as Muster closed the connection failed, and Go does not send a POST again.
 KEEP_ALIVE = 120
-
-
-def freeze_heap() -> None:
-    """Leave every object alive now out of future full garbage collections, which otherwise
-    stall every thread for tens of milliseconds (up to ~100) as the heap grows. Objects frozen
-    and later dropped are still freed unless they form reference cycles (pods do not)."""
-    gc.collect()
-    gc.freeze()
-    log.info("heap frozen: %d objects", gc.get_freeze_count())
 
 
 def event_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:

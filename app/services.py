@@ -30,7 +30,7 @@ from app.core.state.gateway import Gateway, InMemoryGateway
 from app.core.state.journal import Journal
 from app.core.state.timings import Timings
 from app.core.verbs.extender import Extender
-from app.server import freeze_heap
+from app.heap import freeze_heap
 from app.settings import DEMO_CLUSTER, Settings
 from app.wiring import Graph, build_cache, build_graph
 

@@ -88,7 +88,8 @@ from app.core.state.cache import ClusterCache  # noqa: E402
 from app.core.state.domains import DEFAULT_KEYS, trees_ahead  # noqa: E402
 from app.core.state.gateway import InMemoryGateway  # noqa: E402
 from app.core.verbs.extender import Extender  # noqa: E402
-from app.server import SWITCH_INTERVAL, freeze_heap  # noqa: E402
+from app.heap import freeze_heap  # noqa: E402
+from app.server import SWITCH_INTERVAL  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.wiring import build_graph  # noqa: E402
 

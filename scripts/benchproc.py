@@ -95,7 +95,8 @@ def serve_on_loopback(app: Any, *, as_serve: bool = False) -> None:
     import uvicorn
 
     if as_serve:
-        from app.server import SWITCH_INTERVAL, freeze_heap
+        from app.heap import freeze_heap
+        from app.server import SWITCH_INTERVAL
 
         freeze_heap()
         sys.setswitchinterval(SWITCH_INTERVAL)
