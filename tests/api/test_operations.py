@@ -7,6 +7,7 @@ import json
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.model.groupobjects import volcano_podgroup
+from app.core.state.bindadmission import BindAdmission
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.main import create_app
@@ -149,3 +150,27 @@ def test_debug_groups_lists_the_group_objects() -> None:
     assert row["object"] == "PodGroup.scheduling.volcano.sh team-a/train"
     assert (row["source"], row["minMember"], row["queue"]) == ("volcano", 4, "research")
     assert row["minResources"]["nvidia.com/gpu"] == "4" and row["problem"] == ""
+
+
+def test_debug_binds_says_whether_gangs_bind_after_dry_runs() -> None:
+    """Standalone: no API server, no dry runs. With a ``BindAdmission`` (cluster mode), what
+    it knows: dry runs until the configurations are listed, then only while one sees Bindings."""
+    with running(create_app()) as client:
+        assert client.get("/debug/binds").json() == {
+            "mode": None, "known": True, "seeBindings": [], "dryRun": False,
+        }  # fmt: skip
+    cache = ClusterCache()
+    gateway = InMemoryGateway(cache)
+    admission = BindAdmission()
+    extender = build_graph(Settings(), cache, gateway, bind_admission=admission).extender
+    services = Services(Settings(), cache, gateway, extender, bind_admission=admission)
+    with running(create_app(services=services)) as client:
+        assert client.get("/debug/binds").json()["dryRun"] is True  # nothing listed yet
+        admission.replace("validating-webhooks", {"guard": ("guard/binds.example.com",)})
+        admission.mark_known()
+        assert client.get("/debug/binds").json() == {
+            "mode": "auto", "known": True, "seeBindings": ["guard/binds.example.com"],
+            "dryRun": True,
+        }  # fmt: skip
+        admission.delete("validating-webhooks", "guard")
+        assert client.get("/debug/binds").json()["dryRun"] is False
