@@ -173,6 +173,14 @@ class SchedulerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Every family, read now."""
         services = self._services
+        dry = GaugeMetricFamily(
+            "muster_bind_dry_run",
+            "1 while a gang's Bindings go to the API server as dry runs first (an admission "
+            "webhook or policy may see Bindings, or that is not known); see /debug/binds.",
+        )
+        admission = services.bind_admission  # standalone: no API server, no dry runs
+        dry.add_metric([], int(admission is not None and admission.dry_run_wanted()))
+        yield dry
         if services.journal is not None:
             yield from _journal_families(services)
         if services.timings is not None:

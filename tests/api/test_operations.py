@@ -159,6 +159,7 @@ def test_debug_binds_says_whether_gangs_bind_after_dry_runs() -> None:
         assert client.get("/debug/binds").json() == {
             "mode": None, "known": True, "seeBindings": [], "dryRun": False,
         }  # fmt: skip
+        assert "muster_bind_dry_run 0.0" in client.get("/metrics").text
     cache = ClusterCache()
     gateway = InMemoryGateway(cache)
     admission = BindAdmission()
@@ -172,5 +173,7 @@ def test_debug_binds_says_whether_gangs_bind_after_dry_runs() -> None:
             "mode": "auto", "known": True, "seeBindings": ["guard/binds.example.com"],
             "dryRun": True,
         }  # fmt: skip
+        assert "muster_bind_dry_run 1.0" in client.get("/metrics").text
         admission.delete("validating-webhooks", "guard")
         assert client.get("/debug/binds").json()["dryRun"] is False
+        assert "muster_bind_dry_run 0.0" in client.get("/metrics").text
