@@ -37,8 +37,8 @@ class AdmissionSync(ServedKinds[AdmissionKind]):
         watch_timeout: int = 60,
     ) -> None:
         super().__init__(
-            api, kinds, name="admission", rediscover=rediscover, resync_backoff=resync_backoff,
-            watch_timeout=watch_timeout,
+            api, kinds, name="admission", what="admission configurations", rediscover=rediscover,
+            resync_backoff=resync_backoff, watch_timeout=watch_timeout,
         )  # fmt: skip
         self._admission = admission
         self.on_ready = admission.mark_known

@@ -86,8 +86,8 @@ class GroupSync(ServedKinds[GroupKind]):
         watch_timeout: int = 5,
     ) -> None:
         super().__init__(
-            api, kinds, name="groups", rediscover=rediscover, resync_backoff=resync_backoff,
-            watch_timeout=watch_timeout,
+            api, kinds, name="groups", what="group objects", rediscover=rediscover,
+            resync_backoff=resync_backoff, watch_timeout=watch_timeout,
         )  # fmt: skip
         self._cache = cache
         self._priority_of = priority_of

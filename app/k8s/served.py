@@ -103,7 +103,8 @@ class ServedKinds(Generic[K]):
 
     ``rediscover`` is the seconds between discovery rounds. ``ready`` is set once the first
     round is done and every kind it found has been listed once; ``on_ready`` (if set) is called
-    then. ``name`` names the threads (``muster-sync-NAME``) and the logs.
+    then. ``name`` names the threads (``muster-sync-NAME``); ``what`` names the objects in the
+    logs (``WHAT synced``, ``WHAT discovery failed``).
     """
 
     #: Whether a discovery round that could not ask about every kind (the API unreachable)
@@ -116,6 +117,7 @@ class ServedKinds(Generic[K]):
         kinds: Iterable[K],
         *,
         name: str,
+        what: str,
         rediscover: float = 30.0,
         resync_backoff: float = 1.0,
         watch_timeout: int = 5,
@@ -123,6 +125,7 @@ class ServedKinds(Generic[K]):
         self._api = api
         self._kinds = tuple(kinds)
         self._name = name
+        self._what = what
         self._rediscover = rediscover
         self._backoff = resync_backoff
         self._watch_timeout = watch_timeout
@@ -204,7 +207,7 @@ class ServedKinds(Generic[K]):
                 self._watch(kind, version)
         self.discovery_error = "; ".join(errors) or None
         if errors:
-            log.warning("%s discovery failed: %s", self._name, self.discovery_error)
+            log.warning("%s discovery failed: %s", self._what, self.discovery_error)
         if self.READY_DESPITE_ERRORS or not errors:
             self._first_round = True
         self._check_ready()
@@ -254,7 +257,7 @@ class ServedKinds(Generic[K]):
             listed = all(e.reflector.lists for e in self._served.values())
         if listed:
             self.ready.set()
-            log.info("%s synced (%s)", self._name, ", ".join(self.served) or "none served")
+            log.info("%s synced (%s)", self._what, ", ".join(self.served) or "none served")
             if self.on_ready is not None:
                 self.on_ready()
 

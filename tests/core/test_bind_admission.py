@@ -75,6 +75,11 @@ def test_a_failing_watch_turns_dry_runs_on_until_it_works_again() -> None:
     assert not admission.dry_run_wanted() and admission.describe()["known"]
 
 
+def test_an_unknown_mode_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="expected auto or always, got 'never'"):
+        BindAdmission("never")  # type: ignore[arg-type]
+
+
 def test_describe_names_what_sees_bindings() -> None:
     admission = BindAdmission()
     tell(admission, [("replace", W, {"b": ("b/x", "b/y"), "a": ("a/w",)}),

@@ -24,6 +24,8 @@ class BindAdmission:
     calls read)."""
 
     def __init__(self, mode: DryRunMode = "auto") -> None:
+        if mode not in ("auto", "always"):
+            raise ValueError(f"bind dry-run mode: expected auto or always, got {mode!r}")
         self._mode = mode
         self._lock = threading.Lock()
         #: source -> configuration name -> what in it matches (only non-empty entries kept)
