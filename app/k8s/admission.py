@@ -12,12 +12,12 @@ too).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from app.core.model.admissionrules import ADMISSION_KINDS, AdmissionKind, binding_matchers
 from app.core.state.bindadmission import BindAdmission
 from app.k8s.reflector import meta_of
-from app.k8s.served import GroupApi, ServedKinds
+from app.k8s.served import GroupApi, LoopOptions, ServedKinds
 
 
 class AdmissionSync(ServedKinds[AdmissionKind]):
@@ -32,14 +32,11 @@ class AdmissionSync(ServedKinds[AdmissionKind]):
         api: GroupApi,
         *,
         kinds: Iterable[AdmissionKind] = ADMISSION_KINDS,
-        rediscover: float = 30.0,
-        resync_backoff: float = 1.0,
-        watch_timeout: int = 60,
+        **options: Unpack[LoopOptions],
     ) -> None:
-        super().__init__(
-            api, kinds, name="admission", what="admission configurations", rediscover=rediscover,
-            resync_backoff=resync_backoff, watch_timeout=watch_timeout,
-        )  # fmt: skip
+        # Configurations change rarely: a watch a minute long (the loops' default is 5 s).
+        paced: LoopOptions = {"watch_timeout": 60, **options}
+        super().__init__(api, kinds, name="admission", what="admission configurations", **paced)
         self._admission = admission
         self.on_ready = admission.mark_known
         admission.watch_health(self.healthy)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from kubernetes.client import ApiClient, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
@@ -28,7 +28,7 @@ from app.core.model.groupobjects import GROUP_KINDS, GroupKind
 from app.core.model.values import WORKLOAD, GroupObject, GroupRef
 from app.core.state.cache import ClusterCache
 from app.k8s.reflector import LIST_TIMEOUT
-from app.k8s.served import GroupApi, ServedKinds, response_json
+from app.k8s.served import GroupApi, LoopOptions, ServedKinds, response_json
 
 log = logging.getLogger("muster.k8s.groups")
 
@@ -68,10 +68,10 @@ class PriorityClasses:
 class GroupSync(ServedKinds[GroupKind]):
     """List+watch loops for the group kinds the API serves, found by discovery.
 
-    ``priority_of`` resolves a priority class name (``None``: leave priorities unresolved).
-    ``rediscover`` is the seconds between discovery rounds. ``ready`` is set once the first
-    round is done and every kind it found has been listed once; ``on_ready`` (if set) is called
-    then.
+    ``priority_of`` resolves a priority class name (``None``: leave priorities unresolved);
+    ``options`` pace the loops (``app.k8s.served.LoopOptions``). ``ready`` is set once the
+    first round is done and every kind it found has been listed once; ``on_ready`` (if set)
+    is called then.
     """
 
     def __init__(
@@ -81,14 +81,9 @@ class GroupSync(ServedKinds[GroupKind]):
         *,
         kinds: Iterable[GroupKind] = GROUP_KINDS,
         priority_of: Callable[[str], int | None] | None = None,
-        rediscover: float = 30.0,
-        resync_backoff: float = 1.0,
-        watch_timeout: int = 5,
+        **options: Unpack[LoopOptions],
     ) -> None:
-        super().__init__(
-            api, kinds, name="groups", what="group objects", rediscover=rediscover,
-            resync_backoff=resync_backoff, watch_timeout=watch_timeout,
-        )  # fmt: skip
+        super().__init__(api, kinds, name="groups", what="group objects", **options)
         self._cache = cache
         self._priority_of = priority_of
 

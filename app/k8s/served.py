@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
@@ -98,10 +98,20 @@ class _Served:
     thread: threading.Thread
 
 
+class LoopOptions(TypedDict, total=False):
+    """How ``ServedKinds`` paces its loops: seconds between discovery rounds (default 30),
+    the first retry delay after an error (1 s, doubling), the server-side watch duration (5 s,
+    which bounds how long a loop goes without looking at its stop flag)."""
+
+    rediscover: float
+    resync_backoff: float
+    watch_timeout: int
+
+
 class ServedKinds(Generic[K]):
     """Discovery and one list+watch loop per served kind of ``kinds`` (see the module).
 
-    ``rediscover`` is the seconds between discovery rounds. ``ready`` is set once the first
+    ``options`` pace the loops (``LoopOptions``). ``ready`` is set once the first
     round is done and every kind it found has been listed once; ``on_ready`` (if set) is called
     then. ``name`` names the threads (``muster-sync-NAME``); ``what`` names the objects in the
     logs (``WHAT synced``, ``WHAT discovery failed``).
@@ -118,17 +128,15 @@ class ServedKinds(Generic[K]):
         *,
         name: str,
         what: str,
-        rediscover: float = 30.0,
-        resync_backoff: float = 1.0,
-        watch_timeout: int = 5,
+        **options: Unpack[LoopOptions],
     ) -> None:
         self._api = api
         self._kinds = tuple(kinds)
         self._name = name
         self._what = what
-        self._rediscover = rediscover
-        self._backoff = resync_backoff
-        self._watch_timeout = watch_timeout
+        self._rediscover = options.get("rediscover", 30.0)
+        self._backoff = options.get("resync_backoff", 1.0)
+        self._watch_timeout = options.get("watch_timeout", 5)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._served: dict[str, _Served] = {}

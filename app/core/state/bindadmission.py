@@ -68,10 +68,12 @@ class BindAdmission:
 
     def dry_run_wanted(self) -> bool:
         """Whether a gang's Bindings should be tried as dry runs before any is made."""
-        if self._mode == "always" or not self._healthy():
-            return True
+        healthy = self._healthy()
         with self._lock:
-            return not self._known or any(self._seen.values())
+            return self._wanted(self._known and healthy, any(self._seen.values()))
+
+    def _wanted(self, known: bool, matching: bool) -> bool:
+        return self._mode == "always" or not known or matching
 
     def describe(self) -> dict[str, Any]:
         """For ``/debug``: the mode, whether the configurations are known (listed, and every
@@ -81,5 +83,5 @@ class BindAdmission:
             matching = sorted(m for found in self._seen.values() for ms in found.values()
                               for m in ms)  # fmt: skip
             known = self._known and healthy
-        wanted = self._mode == "always" or not known or bool(matching)
+        wanted = self._wanted(known, bool(matching))
         return {"mode": self._mode, "known": known, "seeBindings": matching, "dryRun": wanted}
