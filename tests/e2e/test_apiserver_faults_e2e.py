@@ -38,6 +38,7 @@ from harness import (
     node_names,
     wait_nodes,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
 from app.services import Services
@@ -459,12 +460,14 @@ def dry_run_binds(cp: ControlPlane) -> int:
         text = response.read().decode()
     finally:
         api.close()
-    total = 0.0
-    for line in text.splitlines():
-        if (line.startswith("apiserver_request_total{") and 'subresource="binding"' in line
-                and 'dry_run="All"' in line):  # fmt: skip
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return int(sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "apiserver_request_total"
+        and sample.labels.get("subresource") == "binding"
+        and sample.labels.get("dry_run") == "All"
+    ))  # fmt: skip
 
 
 def test_gangs_bind_after_dry_runs_only_where_admission_sees_bindings(parts: Parts) -> None:
