@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
+from app.core.model.errors import GatewayError
 from app.k8s.features import server_version, serves_scheduling_gates, version_of
 from app.k8s.gateway import KubeGateway, ungate_patch
 from tests.e2e.controlplane import free_ports
@@ -50,26 +55,100 @@ def test_the_ungate_patch_tests_uid_and_gates_then_keeps_the_others() -> None:
     ]
 
 
-def test_kube_gateway_sends_the_ungate_patch_as_a_json_patch() -> None:
-    calls: list[tuple[Any, ...]] = []
+class _Recorder(BaseHTTPRequestHandler):
+    """Records every request; answers with the server's next (status, body)."""
 
-    class Response:
-        def read(self) -> bytes:
-            return b"{}"
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        server: Any = self.server
+        server.seen.append(
+            (
+                self.command,
+                self.path,
+                {k.lower(): v for k, v in self.headers.items()},
+                json.loads(self.rfile.read(length)),
+            )
+        )
+        status, body = server.answer
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def release_conn(self) -> None:
-            pass
+    do_POST = do_PATCH = do_DELETE = _answer
 
-    class Core:
-        def patch_namespaced_pod(self, *args: Any, **kwargs: Any) -> Response:
-            calls.append((args, kwargs.get("_content_type")))
-            return Response()
+    def log_message(self, *args: Any) -> None:
+        pass
 
-    with ApiClient(Configuration()) as api:
-        gateway = KubeGateway(api)
-        gateway._core = Core()  # type: ignore[assignment]
+
+@pytest.fixture
+def recorder() -> Iterator[Any]:
+    """A local HTTP server standing in for the API server (answers 200 ``{}``)."""
+    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.seen, server.answer = [], (200, {})
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _gateway_to(server: Any) -> tuple[ApiClient, KubeGateway]:
+    configuration = Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    configuration.api_key = {"BearerToken": "Bearer the-token"}  # as kube_config sets it
+    api = ApiClient(configuration)
+    return api, KubeGateway(api)
+
+
+def test_kube_gateway_sends_the_ungate_patch_as_a_json_patch(recorder: Any) -> None:
+    api, gateway = _gateway_to(recorder)
+    with api:
         gateway.ungate("ml", "p", "u1", ("muster.io/gang",), "muster.io/gang")
-    ((args, content_type),) = calls
-    assert args[:2] == ("p", "ml")
-    assert args[2][-1] == {"op": "replace", "path": "/spec/schedulingGates", "value": []}
-    assert content_type == "application/json-patch+json"
+    ((method, path, headers, body),) = recorder.seen
+    assert (method, path) == ("PATCH", "/api/v1/namespaces/ml/pods/p")
+    assert headers["content-type"] == "application/json-patch+json"
+    assert headers["authorization"] == "Bearer the-token"
+    assert body[-1] == {"op": "replace", "path": "/spec/schedulingGates", "value": []}
+
+
+@pytest.mark.parametrize(
+    ("call", "method", "path", "content_type"),
+    [
+        (lambda g: g.bind("ml", "p", "u1", "n1"), "POST",
+         "/api/v1/namespaces/ml/pods/p/binding", "application/json"),
+        (lambda g: g.check_bind("ml", "p", "u1", "n1"), "POST",
+         "/api/v1/namespaces/ml/pods/p/binding?dryRun=All", "application/json"),
+        (lambda g: g.evict("ml", "p", "u1", dry_run=True), "POST",
+         "/api/v1/namespaces/ml/pods/p/eviction?dryRun=All", "application/json"),
+        (lambda g: g.delete_pod("ml", "p", "u1"), "DELETE",
+         "/api/v1/namespaces/ml/pods/p", "application/json"),
+        (lambda g: g.annotate_pod("ml", "p", {"a": None}), "PATCH",
+         "/api/v1/namespaces/ml/pods/p", "application/merge-patch+json"),
+        (lambda g: g.event("ml", "p", "u1", "Planned", "m"), "POST",
+         "/api/v1/namespaces/ml/events", "application/json"),
+    ],
+)  # fmt: skip
+def test_kube_gateway_requests(
+    recorder: Any, call: Any, method: str, path: str, content_type: str
+) -> None:
+    api, gateway = _gateway_to(recorder)
+    with api:
+        call(gateway)
+    ((seen_method, seen_path, headers, _),) = recorder.seen
+    assert (seen_method, seen_path) == (method, path)
+    assert headers["content-type"] == content_type
+    assert headers["authorization"] == "Bearer the-token"
+
+
+def test_kube_gateway_refusals_carry_the_status_message(recorder: Any) -> None:
+    recorder.answer = (409, {"kind": "Status", "code": 409, "message": "pod p is already bound"})
+    api, gateway = _gateway_to(recorder)
+    with api, pytest.raises(GatewayError) as caught:
+        gateway.bind("ml", "p", "u1", "n1")
+    assert (caught.value.reason, caught.value.message) == ("Conflict", "pod p is already bound")
