@@ -384,8 +384,8 @@ def filter_while_cycling(nodes: list[Node], pods: list[Pod], calls: int) -> list
     names = [n.name for n in nodes]
     me = threading.current_thread()
     # Measuring only: the locks are wrapped to time how long filter waits for them.
-    locks = [TimedLock(cache._lock, me), TimedLock(planner._lock, me)]
-    cache._lock, planner._lock = locks  # type: ignore[assignment]
+    locks = [TimedLock(cache._lock, me), TimedLock(planner.book.lock, me)]
+    cache._lock, planner.book.lock = locks  # type: ignore[assignment]
     filter_latency(extender, names, member, 5, -100, locks)  # warm-up
     alone, _ = filter_latency(extender, names, member, calls, 0, locks)
     stop = threading.Event()

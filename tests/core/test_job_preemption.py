@@ -182,9 +182,9 @@ def test_random_no_loops_no_partial_victims_no_useless_evictions(seed: int) -> N
             for _ in range(3):
                 live = [p for ps in gangs.values() for p in ps if c.cache.pod(p.uid)]
                 before = set(c.gateway.evictions)
-                pending_evictions = list(c.extender.planner._evictions)  # noqa: SLF001
+                pending_evictions = list(c.extender.planner.book.evictions)
                 await run(c, live)
-                pending_evictions += c.extender.planner._evictions  # noqa: SLF001
+                pending_evictions += c.extender.planner.book.evictions
                 loop.run_once(force=True)
                 for ev in pending_evictions:
                     for unit in ev.units:

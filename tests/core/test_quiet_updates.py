@@ -206,7 +206,7 @@ def test_a_retry_after_room_came_back_waits_for_the_running_cycle(
     inside = threading.Event()
 
     def loop_cycle() -> None:  # the loop's cycle, slow to start
-        with planner._lock:
+        with planner.book.lock:
             inside.set()
             time.sleep(0.2)
             planner.cycle()

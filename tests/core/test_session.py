@@ -324,7 +324,7 @@ def cycle_running(planner: Planner) -> Iterator[None]:
     running, done = threading.Event(), threading.Event()
 
     def cycle_in_progress() -> None:
-        with planner._lock:
+        with planner.book.lock:
             running.set()
             done.wait(10)
 
@@ -379,7 +379,7 @@ def test_a_member_completing_its_gang_mid_cycle_is_not_told_the_outdated_count()
     cache = cache_with(a)
     planner = Planner(cache)
     planner.cycle()
-    assert planner._reasons["default/g"] == Reason(
+    assert planner.book.reasons["default/g"] == Reason(
         Why.SHORT_OF_MEMBERS, "waiting for members: 1 of 2 exist"
     )
     cache.upsert_pod(b)

@@ -197,7 +197,7 @@ def test_a_queue_behind_a_full_cluster_is_not_placed_again(
     seen.clear()
     planner.cycle(force=True)
     assert seen == [f"default/g{g}" for g in range(10)]
-    reason = planner._reasons.get("default/g5")
+    reason = planner.book.reasons.get("default/g5")
     assert reason is not None and reason.why is Why.NO_ROOM and "reserved" not in reason.text
 
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 import math
 import operator
 import secrets
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, overload
 
@@ -54,6 +52,7 @@ from app.core.cycle.memos import (
     gangs_of,
 )
 from app.core.cycle.outlook import Outlook
+from app.core.cycle.planbook import PlanBook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
 from app.core.cycle.session import Session
@@ -77,7 +76,7 @@ from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
-from app.core.state.statement import Applied, Hold, Reserve, Statement
+from app.core.state.statement import Hold, Reserve, Statement
 from app.core.state.timings import Timings
 from app.core.state.view import NodeView, Snapshot
 
@@ -171,23 +170,17 @@ class Planner:
         self._timings = timings
         self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
         self._preemption = preemption
-        self._evictions: list[Eviction] = []
         self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
         self._default_runtime = default_runtime
         self._wall = wall
-        self._head: Reservation | None = None
         self._queues = queues or QueueFile()
         self._protection = protection or MinRuntime(lambda: self._queues.config, min_runtime)
         self._scheduler_name = scheduler_name
         self._strategy = strategy
         self._plan_ttl = plan_ttl
         self._clock = clock
-        self._lock = threading.RLock()
-        self._plans: dict[str, Plan] = {}
-        self._reasons: dict[str, Reason] = {}
-        self._last_generation = -1
-        #: gang -> how many members the last cycle saw (see ``_news_of``)
-        self._seen: dict[str, int] = {}
+        #: The plans and what goes with them, shared by the planner's parts (``planbook``).
+        self.book = PlanBook(cache, journal)
         #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
@@ -221,22 +214,6 @@ class Planner:
         self._conflicted: list[Gang] = []
         self._reported: set[tuple[object, str]] = set()
 
-    @contextmanager
-    def _held(self, wait: bool, timeout: float = 0.0) -> Iterator[bool]:
-        """The planner's lock for the block, if ``wait``, or it is free now (or within
-        ``timeout`` seconds); yields whether."""
-        if wait:
-            held = self._lock.acquire()
-        elif timeout > 0:
-            held = self._lock.acquire(timeout=timeout)
-        else:
-            held = self._lock.acquire(blocking=False)
-        try:
-            yield held
-        finally:
-            if held:
-                self._lock.release()
-
     # -- queries -------------------------------------------------------------------------
 
     # Readers of plans and reasons do not take the planner's lock: a cycle decides on a
@@ -245,7 +222,7 @@ class Planner:
 
     def plan(self, gang: str) -> Plan | None:
         """The live plan of ``gang``, if any (never waits for a running cycle)."""
-        return self._plans.get(gang)
+        return self.book.plans.get(gang)
 
     def waiting(self, pod: Pod) -> bool:
         """Whether ``pod`` still waits: the cache knows it, it holds no node and its gang (if
@@ -254,11 +231,11 @@ class Planner:
         if now is None or now.node_name or now.terminal:
             return False
         spec = gang_spec(now)
-        return spec is None or spec.key not in self._plans
+        return spec is None or spec.key not in self.book.plans
 
     def planned_devices(self, uid: str, gang: str) -> tuple[int, ...] | None:
         """The GPU devices planned for member ``uid`` of ``gang`` (None: no plan names any)."""
-        plan = self._plans.get(gang)
+        plan = self.book.plans.get(gang)
         return None if plan is None else plan.devices.get(uid)
 
     def verdict(self, pod: Pod) -> Verdict:
@@ -272,7 +249,7 @@ class Planner:
         if spec is None:
             return Verdict()
         self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
-        plan = self._plans.get(spec.key)
+        plan = self.book.plans.get(spec.key)
         due = False
         if (plan is None or pod.uid not in plan.members) and (
             not self.driven or self._news_of(spec.key) or (due := self._due())
@@ -284,12 +261,12 @@ class Planner:
                 return Verdict(spec.key, "", f"gang {spec.key}: {NOT_LEADING}")
             # Room came back: the loop's cycle that plans into it may be under way; a member
             # rejected now would wait out kube-scheduler's backoff, so wait a little for it.
-            with self._held(False, FREED_WAIT if due else 0.0) as held:
+            with self.book.held(False, FREED_WAIT if due else 0.0) as held:
                 if not held:
                     # Not short now: a count of members told last is outdated.
                     return self._waits(spec.key, BUSY, outdated=Why.SHORT_OF_MEMBERS)
                 self.cycle()
-            plan = self._plans.get(spec.key)
+            plan = self.book.plans.get(spec.key)
         if plan is not None and pod.uid in plan.members:
             if self._victims_left(plan):
                 return self._waits(spec.key, "waiting for evicted pods to leave")
@@ -299,7 +276,7 @@ class Planner:
     def _waits(self, gang: str, otherwise: str, outdated: Why | None = None) -> Verdict:
         """``gang``'s members wait: the planner's last reason, else (or if that reason is of
         the ``outdated`` kind) ``otherwise``."""
-        told = self._reasons.get(gang)
+        told = self.book.reasons.get(gang)
         text = otherwise if told is None or told.why is outdated else told.text
         return Verdict(gang, "", f"gang {gang}: {text}")
 
@@ -328,7 +305,7 @@ class Planner:
         shipped profile). The first retried member pays for the cycle; the rest are answered
         from it. Other changes (pods arriving, binds) leave it to the loop, so a burst of new
         pods does not put a cycle in kube-scheduler's way per filter call."""
-        return self._cache.freed_generation > self._last_generation
+        return self._cache.freed_generation > self.book.generation
 
     def _news_of(self, gang: str) -> bool:
         """Whether ``gang`` gained or lost members since the last cycle looked at it.
@@ -338,7 +315,7 @@ class Planner:
         cycles on every change and nudges the members it plans), so the retries of hundreds
         of waiting pods do not each pay for a cycle.
         """
-        return len(self._cache.gang_members_of(gang)) != self._seen.get(gang, -1)
+        return len(self._cache.gang_members_of(gang)) != self.book.seen.get(gang, -1)
 
     def protected_for(self, pod: Pod) -> float:
         """Seconds ``pod``, running, is protected from preemption (see ``Protection``)."""
@@ -377,7 +354,7 @@ class Planner:
     @property
     def reservation(self) -> Reservation | None:
         """The head-of-line reservation made by the last cycle, if any."""
-        return self._head
+        return self.book.head
 
     @overload
     def look(self) -> Outlook: ...
@@ -392,23 +369,23 @@ class Planner:
         """
         if wait:
             self._looked = self._clock()
-        with self._held(False) as held:
+        with self.book.held(False) as held:
             if held:
                 return self._outlook(self._publish(), self._gang_memo, self._queue_names)
         if not wait:
             return None
         published = self._published
         if published is None:  # nobody has looked yet: wait this once
-            with self._lock:
+            with self.book.lock:
                 return self._outlook(self._publish(), self._gang_memo, self._queue_names)
         return self._outlook(published, self._looking.gangs, self._looking.queue_names)
 
     def _publish(self) -> _Published:
         """What a look during a cycle reads (called under the lock)."""
         self._published = _Published(
-            {k: p.copy() for k, p in self._plans.items()},
-            dict(self._reasons),
-            self._head,
+            {k: p.copy() for k, p in self.book.plans.items()},
+            dict(self.book.reasons),
+            self.book.head,
         )
         return self._published
 
@@ -453,9 +430,9 @@ class Planner:
 
     def describe(self) -> list[dict[str, Any]]:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
-        with self._lock:
+        with self.book.lock:
             gangs = gangs_of(self._cache.snapshot())
-            return describe(gangs, self._plans, self._reasons, time.time())
+            return describe(gangs, self.book.plans, self.book.reasons, time.time())
 
     # -- changes from the verbs and the loop -----------------------------------------------
 
@@ -466,14 +443,14 @@ class Planner:
         """
         spec = gang_spec(pod)
         assert spec is not None
-        with self._held(False) as held:  # never wait for a running cycle
+        with self.book.held(False) as held:  # never wait for a running cycle
             if not held:
                 return Verdict(spec.key, "", f"gang {spec.key}: {BUSY}")
-            plan = self._plans.get(spec.key)
+            plan = self.book.plans.get(spec.key)
             if plan is None or pod.uid not in plan.members:
                 return self.verdict(pod)
             old = plan.members[pod.uid]
-            session = Session(self._cache, self._plans)
+            session = Session(self._cache, self.book.plans)
             session.release([pod.uid])
             view = session.view()
             allowed = np.zeros(len(view.nodes), dtype=bool)
@@ -489,31 +466,27 @@ class Planner:
                 moved = session.plans[spec.key]
                 moved.members[pod.uid] = node
                 moved.devices.pop(pod.uid, None)
-                if not self._commit(session).refused:
+                if not self.book.commit(session).refused:
                     return Verdict(spec.key, node)
             else:
                 session.discard()
             why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
-            self._release(spec.key, why, kind=Why.FILTERED_OUT)
-            self._note(Kind.PLAN_RELEASED, spec.key, why)
+            self.book.drop(spec.key, why, kind=Why.FILTERED_OUT)
+            self.book.note(Kind.PLAN_RELEASED, spec.key, why)
             return Verdict(spec.key, "", f"gang {spec.key}: {why}")
 
     def release(self, gang: str, reason: str) -> None:
         """Drop ``gang``'s plan and its reservations (bind timeout, rollback)."""
-        with self._lock:
-            self._release(gang, reason)
+        self.book.release(gang, reason)
 
     def mark_released(self, gang: str) -> None:
         """The gang's core has reached bind together: later members may bind at once."""
-        with self._lock:
-            plan = self._plans.get(gang)
-            if plan is not None:
-                plan.released = True
+        self.book.mark_released(gang)
 
     def take_conflicts(self) -> list[Conflict]:
         """Disagreements between gangs' own keys and their group objects (``Gang.conflicts``)
         not reported yet: each text once per member and once per object while it lasts."""
-        with self._lock:
+        with self.book.lock:
             out: list[Conflict] = []
             live: set[tuple[object, str]] = set()
             for gang in self._conflicted:
@@ -537,12 +510,12 @@ class Planner:
         kube-scheduler has ever failed it (``PodScheduled=False``): a member it never tried
         waits in its active queue and comes to filter without a nudge, and another patch
         would only add to the API server's load while a burst of pods is being scheduled."""
-        with self._lock:
+        with self.book.lock:
             snapshot = self._cache.snapshot()
             now = self._clock()
             out = []
             planned: set[str] = set()
-            for plan in self._plans.values():
+            for plan in self.book.plans.values():
                 planned.update(plan.members)
                 if plan.victims and self._victims_left(plan):
                     continue  # nudged once the victims are gone
@@ -566,15 +539,15 @@ class Planner:
 
     def renudge(self, gang: str, uid: str) -> None:
         """Nudging member ``uid`` failed: offer it again in the next ``to_nudge``."""
-        with self._lock:
-            plan = self._plans.get(gang)
+        with self.book.lock:
+            plan = self.book.plans.get(gang)
             if plan is not None:
                 plan.nudged.discard(uid)
 
     def take_evictions(self) -> list[Eviction]:
         """The evictions decided since the last call (the loop carries them out)."""
-        with self._lock:
-            out, self._evictions = self._evictions, []
+        with self.book.lock:
+            out, self.book.evictions = self.book.evictions, []
             return out
 
     def recorded_first(self, evictions: Sequence[Eviction]) -> list[Eviction]:
@@ -582,11 +555,11 @@ class Planner:
         not hold its node yet (``to_record``): victims are evicted only once the room they
         free is promised where the next leader finds it. The others go back in the queue
         (and are dropped with their plan)."""
-        with self._lock:
+        with self.book.lock:
             out: list[Eviction] = []
             snapshot = self._cache.snapshot()
             for eviction in evictions:
-                plan = self._plans.get(eviction.preemptor)
+                plan = self.book.plans.get(eviction.preemptor)
                 if plan is None:
                     continue
                 text = self._record_text(plan)
@@ -598,7 +571,7 @@ class Planner:
                 if recorded:
                     out.append(eviction)
                 else:
-                    self._evictions.append(eviction)
+                    self.book.evictions.append(eviction)
             return out
 
     # -- records: what the next leader finds (``records``) ---------------------------------
@@ -623,10 +596,10 @@ class Planner:
         is enough for the next leader to carry the plan on (``plans_from``). In a burst of
         shuffled gangs this keeps about three in four of these patches off the API server.
         """
-        with self._lock:
+        with self.book.lock:
             snapshot = self._cache.snapshot()
             out = []
-            for plan in self._plans.values():
+            for plan in self.book.plans.values():
                 text = self._record_text(plan)
                 waiting = bool(plan.victims) and self._victims_left(plan) > 0
                 carried = any(plan.recorded.get(u) == text for u in plan.members)
@@ -663,8 +636,8 @@ class Planner:
 
     def unrecorded(self, pod: Pod) -> None:
         """Writing ``pod``'s plan record failed: write it again next time."""
-        with self._lock:
-            for plan in self._plans.values():
+        with self.book.lock:
+            for plan in self.book.plans.values():
                 if pod.uid in plan.members:
                     plan.recorded.pop(pod.uid, None)
                     plan.skipped.pop(pod.uid, None)
@@ -672,8 +645,8 @@ class Planner:
 
     def record_of(self, uid: str, gang: str) -> str | None:
         """The plan record a Binding of member ``uid`` of ``gang`` carries (None: no plan)."""
-        with self._lock:
-            plan = self._plans.get(gang)
+        with self.book.lock:
+            plan = self.book.plans.get(gang)
             if plan is None or uid not in plan.members:
                 return None
             return self._record_text(plan)
@@ -685,18 +658,8 @@ class Planner:
     def reset(self) -> None:
         """Forget every plan, reservation, hold and queued eviction (leadership lost: the
         next leader decides from the records)."""
-        with self._lock:
-            self._reset()
-
-    def _reset(self) -> None:
-        for plan in self._plans.values():
-            self._cache.unreserve(plan.members)
-        self._plans = {}
-        self._evictions = []
-        self._head = None
-        self._reasons.clear()
-        self._cache.set_holds("", {}, 0.0)
-        self._last_generation = -1
+        with self.book.lock:
+            self.book.clear()
 
     def restore(self, records: dict[str, PlanRecord], hold: HoldRecord | None) -> list[str]:
         """Carry on from the records (``records.plans_from``, the Lease's hold) before
@@ -704,8 +667,8 @@ class Planner:
         nodes and GPU devices again (all or none, re-checked by the cache; a plan that no
         longer fits is dropped and its gang planned anew), victims not yet evicted are queued
         for eviction again, and the hold is put back. Returns what it did, one line each."""
-        with self._lock:
-            self._reset()
+        with self.book.lock:
+            self.book.clear()
             now, wall = self._clock(), self._wall()
             snapshot = self._cache.snapshot()
             statement = Statement(base=snapshot.generation)
@@ -738,13 +701,13 @@ class Planner:
             for gang, plan in plans.items():
                 victims = self._evictions_for(plan, snapshot)
                 if victims is not None:
-                    self._evictions.append(victims)
+                    self.book.evictions.append(victims)
                 notes.append(
                     f"{gang}: plan {plan.id} carried on ({len(plan.members)} members"
                     + (f", {len(victims.units)} victim units to evict" if victims else "")
                     + ")"
                 )
-            self._plans = plans
+            self.book.plans = plans
             if hold is not None and hold.owner not in plans:
                 notes.append(f"{hold.owner}: head-of-line hold on {', '.join(sorted(hold.holds))}")
             return notes
@@ -809,11 +772,11 @@ class Planner:
     def eviction_refused(self, eviction: Eviction, unit_key: str, why: str) -> None:
         """A PodDisruptionBudget (or the API) refused evicting ``unit_key``: leave that work
         alone for a while and plan the preemptor again, choosing other victims."""
-        with self._lock:
+        with self.book.lock:
             self._blocked[unit_key] = self._wall() + 60.0
             reason = f"eviction of {unit_key} refused ({why})"
-            self._release(eviction.preemptor, reason)
-            self._note(Kind.PLAN_RELEASED, eviction.preemptor, reason)
+            self.book.drop(eviction.preemptor, reason)
+            self.book.note(Kind.PLAN_RELEASED, eviction.preemptor, reason)
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -822,35 +785,35 @@ class Planner:
 
         Skips the work when nothing changed since the last cycle (unless ``force``).
         """
-        with self._lock:
+        with self.book.lock:
             now = self._clock()
             if (
                 not force
-                and self._cache.plan_generation <= self._last_generation
-                and not any(p.expires <= now for p in self._plans.values())
+                and self._cache.plan_generation <= self.book.generation
+                and not any(p.expires <= now for p in self.book.plans.values())
             ):
                 return []
-            if not self._plans and not self._cache.gang_member_count:
-                self._last_generation = self._cache.generation
+            if not self.book.plans and not self._cache.gang_member_count:
+                self.book.generation = self._cache.generation
                 return []
             self.cycles += 1
             started = time.perf_counter()
             owner = self._cache.holds[0]
-            session = Session(self._cache, self._plans)
+            session = Session(self._cache, self.book.plans)
             planned, head = self._run(session, now, force=force)
-            applied = self._commit(session)
-            self._head = head
-            self._last_generation = applied.generation if applied.clean else session.statement.base
+            applied = self.book.commit(session)
+            self.book.head = head
+            self.book.generation = applied.generation if applied.clean else session.statement.base
             if self._cache.holds[0] != owner:
                 # The room the old owner's hold kept was not free for this cycle's gangs: the
                 # next one plans them there, without waiting for the cluster to change.
-                self._last_generation = -1
+                self.book.generation = -1
             if self._clock() - self._looked < LOOKED_RECENTLY:
                 self._publish()
-            made = [(g, q) for g, q in planned if g in self._plans]
+            made = [(g, q) for g, q in planned if g in self.book.plans]
             if self._journal is not None:
                 for gang, queue in made:
-                    plan = self._plans[gang]
+                    plan = self.book.plans[gang]
                     nodes = sorted(set(plan.members.values()))
                     text = f"{len(plan.members)} members on {', '.join(nodes)}"
                     if plan.victims:
@@ -869,7 +832,7 @@ class Planner:
         self._fills = DomainFills(self._strategy)
         gangs = gangs_of(snapshot, self._gang_memo)
         self._conflicted = [g for g in gangs.values() if g.conflicts]
-        self._seen = dict(Counter(snapshot.gang_members.values()))
+        self.book.seen = dict(Counter(snapshot.gang_members.values()))
         self._no_room = set()
         self._queue_names.prune(snapshot)
         self._tidy(session, gangs, now)
@@ -927,7 +890,7 @@ class Planner:
                 strategy=self._strategy,
             )
             if why:
-                self._reasons[gang.key] = Reason(Why.ELASTIC, why)
+                self.book.reasons[gang.key] = Reason(Why.ELASTIC, why)
         return planned, head
 
     def _plan_run(
@@ -1077,7 +1040,7 @@ class Planner:
             plan = Plan.of(gang, spots, now, expires, queue=queue, id=ids[12 * at : 12 * at + 12])
             plan.devices.update(chosen)
             session.plans[key] = plan
-            self._reasons.pop(key, None)
+            self.book.reasons.pop(key, None)
             done.append(key)
         if taken:
             session.reserve_alike(taken, core[0].requests, gpu)
@@ -1088,44 +1051,6 @@ class Planner:
             self._demand.winner = None
         del line[: len(done)]
         return done, full
-
-    def _commit(self, session: Session) -> Applied:
-        """Apply ``session`` to the cache and adopt its plans; a reservation that no longer
-        holds drops what it was for (a new plan, or the elastic members it placed)."""
-        applied = session.commit()
-        plans = session.plans
-        members = session.snapshot.gang_members
-        last, plan = "", plans.get("")
-        for uid, devices in applied.devices.items():
-            gang = members.get(uid, "")
-            if gang != last:  # (a gang's members come one after another)
-                last, plan = gang, plans.get(gang)
-            if plan is not None and uid in plan.members:
-                plan.devices[uid] = devices
-        dropped = set()
-        for i, status in applied.refused.items():
-            op = session.statement.ops[i]
-            assert isinstance(op, Reserve)
-            plan = plans.get(op.gang)
-            if plan is None:
-                continue
-            if plan.core & op.placements.keys():
-                del plans[op.gang]
-                dropped.add(op.gang)
-                self._cache.unreserve(plan.members)
-                self._reasons[op.gang] = Reason(
-                    Why.REFUSED, f"plan could not be reserved ({status}); retrying"
-                )
-            else:
-                plan.drop(set(op.placements))
-                if not plan.members:
-                    del plans[op.gang]
-                self._reasons[op.gang] = Reason(
-                    Why.ELASTIC, "elastic members wait for free capacity"
-                )
-        self._plans = plans
-        self._evictions.extend(e for e in session.evictions if e.preemptor not in dropped)
-        return applied
 
     def _queue_of(self, gang: Gang, config: QueueConfig) -> str:
         names = self._facts.queues(gang, config, self._queue_names)
@@ -1166,13 +1091,13 @@ class Planner:
         for key in fulfilled:
             del session.plans[key]
         for lapse in dropped:
-            self._release(lapse.gang, lapse.why, session)
-            self._note(
+            self.book.drop(lapse.gang, lapse.why, session)
+            self.book.note(
                 Kind.PLAN_EXPIRED if lapse.expired else Kind.PLAN_RELEASED, lapse.gang, lapse.why
             )
-        for key in list(self._reasons):
+        for key in list(self.book.reasons):
             if key not in gangs:
-                del self._reasons[key]
+                del self.book.reasons[key]
 
     def _plan_core(
         self,
@@ -1190,16 +1115,16 @@ class Planner:
         # follows): not when a failure is replayed, nor when preemption makes room.
         self._demand.last = None
         if gang.problem:
-            self._reasons[gang.key] = Reason(Why.PROBLEM, gang.problem)
+            self.book.reasons[gang.key] = Reason(Why.PROBLEM, gang.problem)
             return False, None
         if len(gang.members) < gang.min_member:
-            self._reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
+            self.book.reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
             return False, None
         facts = self._facts.core(gang)
         core, demand = facts.pods, facts.demand
         blocked = admit(usage, queue, demand)
         if not blocked.ok:
-            self._reasons[gang.key] = Reason(Why.QUOTA, blocked.reason)
+            self.book.reasons[gang.key] = Reason(Why.QUOTA, blocked.reason)
             return False, None
         view = self._view_for(session, gang.key, facts.runtimes)
         if (
@@ -1247,7 +1172,7 @@ class Planner:
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
             else:  # a reason without the hold of the first in line: it may be carried over
                 self._still.remember(gang, view, core)
-            self._reasons[gang.key] = Reason(Why.NO_ROOM, reason)
+            self.book.reasons[gang.key] = Reason(Why.NO_ROOM, reason)
             return False, held
         session.reserve(gang.key, allocation.placed, allocation.devices)
         usage.add(queue, demand)
@@ -1255,7 +1180,7 @@ class Planner:
         plan = Plan.of(gang, allocation.placed, now, expires, queue=queue)
         plan.devices.update(allocation.devices)
         session.plans[gang.key] = plan
-        self._reasons.pop(gang.key, None)
+        self.book.reasons.pop(gang.key, None)
         return True, None
 
     def _preempt(
@@ -1303,7 +1228,7 @@ class Planner:
         plan.devices.update(placed.devices)
         session.plans[gang.key] = plan
         names = ", ".join(sorted({u.key for u in room.victims}))
-        self._reasons[gang.key] = Reason(
+        self.book.reasons[gang.key] = Reason(
             Why.EVICTING, f"waiting for {len(uids)} evicted pods to leave ({names})"
         )
         session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
@@ -1376,25 +1301,6 @@ class Planner:
             return everywhere
         same: np.ndarray = tree.ids[level] == tree.ids[level, row]
         return same
-
-    def _note(self, kind: Kind, gang: str, message: str) -> None:
-        """Journal a plan that ended without its gang starting."""
-        if self._journal is not None:
-            self._journal.record(kind, gang, message=message)
-
-    def _release(
-        self, gang: str, reason: str, session: Session | None = None, kind: Why = Why.RELEASED
-    ) -> None:
-        """Drop ``gang``'s plan and its room: in ``session`` during a cycle, else at once;
-        ``reason`` (of ``kind``) is what the gang is told."""
-        plans = self._plans if session is None else session.plans
-        plan = plans.pop(gang, None)
-        if plan is not None:
-            if session is None:
-                self._cache.unreserve(plan.members)
-            else:
-                session.release(plan.members)
-        self._reasons[gang] = Reason(kind, reason)
 
 
 def _turn(by_queue: dict[str, list[Gang]], usage: QueueUsage, config: QueueConfig) -> str:
