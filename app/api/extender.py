@@ -8,6 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
+from starlette.background import BackgroundTask
 
 from app.api import wire
 from app.api.errors import BadRequest, invalid, parse_body
@@ -34,6 +35,12 @@ def _services(request: Request) -> Services:
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
+
+
+async def _prepare_next(services: Services) -> None:
+    """After a filter answer is sent: decide ahead for the next pod like it (on the event
+    loop, between kube-scheduler's calls; see ``Extender.prepare_next``)."""
+    services.extender.prepare_next()
 
 
 def _read_pod(data: dict[str, Any]) -> Pod:
@@ -184,7 +191,11 @@ async def filter_nodes(request: Request) -> Response:
             m.labels("passed_over").inc(result.passed_over)
         mirror = services.settings.mirror_unresolvable
         if args.Nodes is None:
-            return Response(_ANSWERS.encode(result, mirror), media_type=_JSON)
+            return Response(
+                _ANSWERS.encode(result, mirror),
+                media_type=_JSON,
+                background=BackgroundTask(_prepare_next, services),
+            )
         failed = {**result.failed, **result.unresolvable} if mirror else result.failed
         keep = set(result.feasible)
         pairs = zip(args.Nodes.items, nodes or (), strict=True)

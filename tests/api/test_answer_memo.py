@@ -4,6 +4,7 @@ computed afresh, per server setting, and changes as soon as node usage does."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from app.main import create_app
@@ -55,3 +56,27 @@ def test_the_answer_follows_each_server_s_mirror_setting() -> None:
             b = mirrored.post("/filter", content=body("p")).json()
             assert "cpu-0" not in a["FailedNodes"] and "cpu-0" in b["FailedNodes"]
             assert a["FailedAndUnresolvableNodes"] == b["FailedAndUnresolvableNodes"]
+
+
+def test_after_answering_a_pod_on_its_own_filter_decides_ahead_for_the_next() -> None:
+    """The filter answer is sent first; then (same server, off the call) the extender decides
+    ahead for the next pod of the shape (``Extender.prepare_next``); prioritize does not."""
+    app = create_app(Settings(demo=True))
+    with running(app) as client:
+        extender = app.state.muster.extender
+        calls: list[bool] = []
+        original = extender.prepare_next
+
+        def spy() -> None:
+            calls.append(True)
+            original()
+
+        extender.prepare_next = spy
+        answer = client.post("/filter", content=body("a", gpu=1))
+        assert answer.status_code == 200 and len(answer.json()["NodeNames"]) == 1
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) == 1
+        client.post("/prioritize", content=body("b", gpu=1))
+        assert len(calls) == 1

@@ -3,6 +3,7 @@ skips scoring), unless kube-scheduler's scoring has something else to weigh."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from app.core.model.parse import pod_from_dict
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.core.verbs.extender import Extender
+from app.core.verbs.filter import filter_nodes
 from app.settings import Settings
 from app.wiring import build_graph
 from tests.factories import node, pod_json
@@ -122,3 +124,52 @@ def test_malformed_preferences_name_their_field(extra: dict[str, Any], field: st
     with pytest.raises(InvalidInput) as caught:
         pod_from_dict(merged(pod_json("p", gpu=1), extra))
     assert caught.value.field == field
+
+
+def busy_cluster(seed: int) -> ClusterCache:
+    """Eight 8-GPU nodes, each with a random number of GPUs taken by running pods."""
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    cache.upsert_nodes([node(f"n{i}", gpus=8) for i in range(8)])
+    for i in range(8):
+        for j in range(rng.randrange(8)):
+            cache.upsert_pods([pod_from_dict(pod_json(f"run-{i}-{j}", gpu=1, node=f"n{i}"))])
+    return cache
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_the_sole_pick_is_what_prioritize_ranks_first(seed: int, gpus: int) -> None:
+    names = [f"n{i}" for i in range(8)]
+    pod = pod_from_dict(pod_json("p", gpu=gpus))
+    fits = filter_nodes(busy_cluster(seed).view(), pod, names).feasible
+    if len(fits) < 2:
+        pytest.skip("fewer than two candidates: no pick to make")
+    # What kube-scheduler would do without sole pick: prioritize the filtered candidates,
+    # take the highest score (first among equals).
+    other = busy_cluster(seed)
+    scores = extender(other, False).prioritize(other.learn_pod(pod), fits).scores.tolist()
+    first = fits[scores.index(max(scores))]
+    cache = busy_cluster(seed)
+    assert extender(cache, True).filter(cache.learn_pod(pod), names).feasible == [first]
+
+
+def test_deciding_ahead_changes_no_answer_and_nothing_in_the_cache() -> None:
+    """A run of same-shape pods gets the same nodes with ``prepare_next`` after each answer
+    as without, and ``prepare_next`` itself leaves the cache as it was."""
+    picks: dict[bool, list[list[str]]] = {}
+    for ahead in (False, True):
+        cache = busy_cluster(7)
+        ext = extender(cache, True)
+        names = [f"n{i}" for i in range(8)]
+        picks[ahead] = []
+        for k in range(30):
+            pod = cache.learn_pod(pod_from_dict(pod_json(f"q{k}", gpu=1 + k % 2)))
+            assert pod is not None
+            picks[ahead].append(ext.filter(pod, names).feasible)
+            if ahead:
+                before = cache.generation
+                ext.prepare_next()
+                assert cache.generation == before
+    assert picks[True] == picks[False]
+    assert sum(len(p) for p in picks[True]) > 10  # the run placed pods (no empty answers only)

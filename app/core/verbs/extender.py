@@ -70,6 +70,8 @@ class Extender:
         #: nothing else (``app.core.policies.solepick``).
         self.sole_pick = sole_pick
         self._filter = FilterMemo()
+        #: The last pod answered on its own and its candidates (``prepare_next``).
+        self._last_single: tuple[Pod, list[str]] | None = None
 
     def _candidates(
         self, pod: Pod, names: Sequence[str] | None, nodes: Sequence[Node] | None
@@ -108,11 +110,14 @@ class Extender:
             backfill = self.planner.backfill_ok(pod)
             view = self.cache.backfill_view() if backfill else self.cache.view()
             result = self._filter.filter(view, pod, names)
+            if not backfill:
+                self._last_single = (pod, names)
             if len(result.feasible) == 1:  # kube-scheduler skips prioritize: this is its pick
                 self.binder.single.hold(pod.uid, result.feasible[0])
             elif len(result.feasible) > 1 and self.sole_pick:
                 return self._sole_pick(pod, result)
             return result
+        self._last_single = None
         if verdict.node and verdict.node not in names:
             verdict = self.planner.replan_member(pod, names)
         if not verdict.node:
@@ -124,22 +129,58 @@ class Extender:
             unresolvable={n: elsewhere for n in names if n != verdict.node},
         )
 
+    def prepare_next(self) -> None:
+        """Decide ahead, on the cache's current view, what the last pod answered on its own
+        was decided on: its candidates' fit and, with ``sole_pick``, the GPU policy's cost of
+        each. The next pod of its shape (kube-scheduler sends a workload's pods one after
+        another) then finds both remembered (``FilterMemo``, ``GpuPlacement.rank``) instead
+        of deciding them again on its call, which kube-scheduler's one-pod loop waits for.
+        Call it after answering, off that path; it changes nothing the answers depend on."""
+        last = self._last_single
+        if last is None:
+            return
+        pod, names = last
+        view = self.cache.view()
+        result = self._filter.filter(view, pod, names)
+        gpu = self.gpu
+        if self.sole_pick and len(result.feasible) > 1 and gpu is not None and gpu.applies(view):
+            gpu.rank(view, pod)
+
     def _sole_pick(self, pod: Pod, result: FilterResult) -> FilterResult:
         """``result`` narrowed to Muster's best feasible node (held for the pod), when nothing
         else would weigh in kube-scheduler's scoring; else ``result`` as it is."""
         view = self.cache.view()
-        if solepick.needs_scoring(pod, view.table, view.table.rows(result.feasible)) is not None:
+        rows = view.table.rows(result.feasible)
+        if solepick.needs_scoring(pod, view.table, rows) is not None:
             return result
-        ranking = self._rank(pod, result.feasible, view)
-        best = self._best(pod, ranking)
+        best = self._cheapest(pod, result.feasible, rows, view)
         if best is None:
             return result
         return FilterResult(
-            feasible=[ranking.names[best]],
+            feasible=[result.feasible[best]],
             failed=result.failed,
             unresolvable=result.unresolvable,
             passed_over=len(result.feasible) - 1,
         )
+
+    def _cheapest(
+        self, pod: Pod, names: list[str], rows: np.ndarray, view: NodeView
+    ) -> int | None:
+        """The index in ``names`` (at ``rows`` of ``view``) of the candidate prioritize would
+        score highest, held for ``pod``; ``None``: none known. With the GPU policy that is the
+        cheapest candidate by its cost (first among equals, as ``GpuPlacement.scores`` gives
+        it the top score), read without scoring every candidate."""
+        gpu = self.gpu if self.gpu is not None and self.gpu.applies(view) else None
+        if gpu is None:
+            return self._best(pod, self._rank(pod, names, view))
+        known = rows >= 0
+        if not known.any():
+            return None
+        cost = np.where(known, gpu.rank(view, pod).cost[rows], np.inf)
+        finite = np.isfinite(cost)
+        best = int(np.argmin(cost)) if finite.any() else int(np.argmax(known))
+        self.binder.single.hold(pod.uid, names[best])
+        return best
 
     def _rank(self, pod: Pod, names: list[str], view: NodeView | None = None) -> Ranking:
         view = view if view is not None else self.cache.view()
