@@ -54,6 +54,9 @@ class _Meta(msgspec.Struct):
     resourceVersion: Any = None  # noqa: N815 (the API's name)
     labels: Any = None
     annotations: Any = None
+    #: A ReplicaSet's or StatefulSet's pods get kube-scheduler's default spreading
+    #: (``Pod.soft_preferences``).
+    ownerReferences: Any = None  # noqa: N815
     creationTimestamp: Any = None  # noqa: N815
     deletionTimestamp: Any = None  # noqa: N815
 

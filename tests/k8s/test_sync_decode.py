@@ -85,3 +85,17 @@ def test_other_watch_events_are_read_whole() -> None:
     assert decode_event('{"type": "ADDED"}') == {"type": "ADDED"}  # no object: _handle says so
     with pytest.raises(ValueError):
         decode_event("{not json")
+
+
+def test_owner_references_survive_the_slim_decoders(objects: ModuleType) -> None:
+    """kube-scheduler spreads a ReplicaSet's or StatefulSet's pods by default, so such a pod
+    has soft preferences (no sole pick): the watch's and LIST's pods must say so too, as
+    the extender call's full pod does."""
+    pod = objects.pod_json(1, 2, fill=0.5)
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid"}
+    ]
+    full = pod_from_dict(pod)
+    assert full.soft_preferences
+    assert pod_from_dict(decode_event(event("ADDED", pod))["object"]) == full
+    assert [pod_from_dict(p) for p in decode_page(page([pod]))["items"]] == [full]
