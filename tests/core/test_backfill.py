@@ -33,8 +33,7 @@ def gang(name: str, size: int, gpu: int, created: int, runtime: str | None = Non
 
 
 def busy_cluster() -> Cluster:
-    c = Cluster([node("n0", gpus=8), node("n1", gpus=8)])
-    c.extender.planner._wall = lambda: NOW  # noqa: SLF001 - fixed wall clock for the scenario
+    c = Cluster([node("n0", gpus=8), node("n1", gpus=8)], wall=lambda: NOW)  # a fixed wall clock
     c.cache.upsert_pods(
         [
             running("a", 8, "n0", started=900, runtime="200s"),  # ends at +1100

@@ -23,8 +23,7 @@ queues:
 def cluster(tmp_path: Path, gpus: int = 8, text: str = QUEUES) -> Cluster:
     path = tmp_path / "queues.yaml"
     path.write_text(text)
-    c = Cluster([node("n", gpus=gpus)])
-    c.extender.planner._queues = QueueFile(path)  # noqa: SLF001 - wiring like build_services
+    c = Cluster([node("n", gpus=gpus)], planner_options={"queues": QueueFile(path)})
     return c
 
 

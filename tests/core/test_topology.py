@@ -8,6 +8,7 @@ label off. The parts of the path map onto the topology keys in order (the defaul
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,9 +47,14 @@ def nodes_of(boxes: Sequence[Box], keys: Sequence[str] = DEFAULT_KEYS) -> list[N
     return out
 
 
-def cluster_of(boxes: Sequence[Box], keys: Sequence[str] = DEFAULT_KEYS) -> Cluster:
+def cluster_of(
+    boxes: Sequence[Box],
+    keys: Sequence[str] = DEFAULT_KEYS,
+    *,
+    wall: Callable[[], float] = time.time,
+) -> Cluster:
     """A cluster whose nodes already run ``gpus in use`` worth of non-gang pods."""
-    cluster = Cluster(nodes_of(boxes, keys), planner_options={"topology_keys": keys})
+    cluster = Cluster(nodes_of(boxes, keys), planner_options={"topology_keys": keys}, wall=wall)
     cluster.cache.upsert_pods(
         pod(f"busy-{name}", gpu=used, node=name) for name, _, _, used in boxes if used
     )
@@ -578,8 +584,7 @@ def test_a_required_gang_first_in_line_gets_its_hold_inside_one_block() -> None:
         ("c1", "z/s2/b2", 8, 0),
         ("c2", "z/s2/b2", 8, 0),
     )
-    cluster = cluster_of(boxes)
-    cluster.extender.planner._wall = lambda: NOW  # noqa: SLF001 - fixed wall clock
+    cluster = cluster_of(boxes, wall=lambda: NOW)  # a fixed wall clock
     cluster.cache.upsert_pods([
         running("r-a1", 8, "a1", started=900, runtime="100s"),  # ends at +1000: soonest
         running("r-a2", 4, "a2", started=900, runtime="1h"),  # b1 stays half full for long

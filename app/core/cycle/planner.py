@@ -37,11 +37,10 @@ from app.core.actions.allocate_in_domain import (
     reaches,
 )
 from app.core.actions.backfill import EndingMemo, Reservation, ends_before, may_backfill
-from app.core.actions.victims import Unit, running_units
 from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
+from app.core.cycle.evictions import Evictions, evictions_for, victims_left
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
-from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import (
     FailedPlacements,
     GangMemo,
@@ -54,7 +53,7 @@ from app.core.cycle.memos import (
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planbook import PlanBook
 from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
-from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan
+from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan, record_text
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
@@ -170,7 +169,6 @@ class Planner:
         self._timings = timings
         self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
         self._preemption = preemption
-        self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
         self._default_runtime = default_runtime
         self._wall = wall
         self._queues = queues or QueueFile()
@@ -181,6 +179,17 @@ class Planner:
         self._clock = clock
         #: The plans and what goes with them, shared by the planner's parts (``planbook``).
         self.book = PlanBook(cache, journal)
+        self._evictions = Evictions(
+            self.book,
+            queues=self._queues,
+            protection=self._protection,
+            scheduler_name=scheduler_name,
+            strategy=strategy,
+            plan_ttl=plan_ttl,
+            preemption=preemption,
+            clock=clock,
+            wall=wall,
+        )
         #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
@@ -207,8 +216,6 @@ class Planner:
         #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
         self._nudged_at: dict[str, float] = {}
         self._asked: dict[str, float] = {}
-        self._lowest: tuple[int, int | None] | None = None
-        self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
         # Gangs whose members' keys and group object disagree (last cycle), and what of that
         # has been reported: (pod uid or group ref, text).
         self._conflicted: list[Gang] = []
@@ -268,7 +275,7 @@ class Planner:
                 self.cycle()
             plan = self.book.plans.get(spec.key)
         if plan is not None and pod.uid in plan.members:
-            if self._victims_left(plan):
+            if victims_left(self._cache, plan):
                 return self._waits(spec.key, "waiting for evicted pods to leave")
             return Verdict(spec.key, plan.members[pod.uid])
         return self._waits(spec.key, "waiting for the planner")
@@ -483,6 +490,20 @@ class Planner:
         """The gang's core has reached bind together: later members may bind at once."""
         self.book.mark_released(gang)
 
+    def take_evictions(self) -> list[Eviction]:
+        """The evictions decided since the last call (the loop carries them out)."""
+        return self._evictions.take_evictions()
+
+    def recorded_first(self, evictions: Sequence[Eviction]) -> list[Eviction]:
+        """Those of ``evictions`` whose preemptor's plan is recorded (see
+        ``Evictions.recorded_first``); the others go back in the queue."""
+        return self._evictions.recorded_first(evictions)
+
+    def eviction_refused(self, eviction: Eviction, unit_key: str, why: str) -> None:
+        """Evicting ``unit_key`` was refused: plan the preemptor again, with other victims
+        (``Evictions.eviction_refused``)."""
+        self._evictions.eviction_refused(eviction, unit_key, why)
+
     def take_conflicts(self) -> list[Conflict]:
         """Disagreements between gangs' own keys and their group objects (``Gang.conflicts``)
         not reported yet: each text once per member and once per object while it lasts."""
@@ -517,7 +538,7 @@ class Planner:
             planned: set[str] = set()
             for plan in self.book.plans.values():
                 planned.update(plan.members)
-                if plan.victims and self._victims_left(plan):
+                if plan.victims and victims_left(self._cache, plan):
                     continue  # nudged once the victims are gone
                 for uid in plan.members:
                     pod = snapshot.pods.get(uid)
@@ -544,42 +565,7 @@ class Planner:
             if plan is not None:
                 plan.nudged.discard(uid)
 
-    def take_evictions(self) -> list[Eviction]:
-        """The evictions decided since the last call (the loop carries them out)."""
-        with self.book.lock:
-            out, self.book.evictions = self.book.evictions, []
-            return out
-
-    def recorded_first(self, evictions: Sequence[Eviction]) -> list[Eviction]:
-        """Those of ``evictions`` whose preemptor's plan is written on every member that does
-        not hold its node yet (``to_record``): victims are evicted only once the room they
-        free is promised where the next leader finds it. The others go back in the queue
-        (and are dropped with their plan)."""
-        with self.book.lock:
-            out: list[Eviction] = []
-            snapshot = self._cache.snapshot()
-            for eviction in evictions:
-                plan = self.book.plans.get(eviction.preemptor)
-                if plan is None:
-                    continue
-                text = self._record_text(plan)
-                recorded = all(
-                    plan.recorded.get(uid) == text
-                    or (uid in snapshot.pods and snapshot.holds_node(snapshot.pods[uid]))
-                    for uid in plan.members
-                )
-                if recorded:
-                    out.append(eviction)
-                else:
-                    self.book.evictions.append(eviction)
-            return out
-
     # -- records: what the next leader finds (``records``) ---------------------------------
-
-    def _record_text(self, plan: Plan) -> str:
-        if not plan.expires_at:
-            plan.expires_at = self._wall() + (plan.expires - self._clock())
-        return encode_plan(plan, plan.expires_at)
 
     def to_record(self) -> list[tuple[Pod, str]]:
         """Planned members (not holding a node) to write the plan record on now, with the
@@ -600,8 +586,8 @@ class Planner:
             snapshot = self._cache.snapshot()
             out = []
             for plan in self.book.plans.values():
-                text = self._record_text(plan)
-                waiting = bool(plan.victims) and self._victims_left(plan) > 0
+                text = record_text(plan, self._clock, self._wall)
+                waiting = bool(plan.victims) and victims_left(self._cache, plan) > 0
                 carried = any(plan.recorded.get(u) == text for u in plan.members)
                 tried: list[Pod] = []
                 untried: list[Pod] = []
@@ -649,7 +635,7 @@ class Planner:
             plan = self.book.plans.get(gang)
             if plan is None or uid not in plan.members:
                 return None
-            return self._record_text(plan)
+            return record_text(plan, self._clock, self._wall)
 
     def hold_record(self) -> str:
         """The record text of the head-of-line hold in force (``muster.io/hold``)."""
@@ -687,7 +673,7 @@ class Planner:
                     for uid, node in plan.members.items()
                     if not snapshot.holds_node(snapshot.pods[uid])
                 }
-                force = bool(plan.victims) and self._victims_left(plan) > 0
+                force = bool(plan.victims) and victims_left(self._cache, plan) > 0
                 statement.ops.append(Reserve(gang, pending, dict(plan.devices), force))
                 plans[gang] = plan
             if hold is not None and hold.owner not in plans:
@@ -699,7 +685,7 @@ class Planner:
                 del plans[op.gang]
                 notes.append(f"{op.gang}: recorded room is gone ({status}); planned anew")
             for gang, plan in plans.items():
-                victims = self._evictions_for(plan, snapshot)
+                victims = evictions_for(plan, snapshot)
                 if victims is not None:
                     self.book.evictions.append(victims)
                 notes.append(
@@ -748,35 +734,6 @@ class Planner:
         text = encode_plan(plan, expires_at)
         plan.recorded = {u: text for u in live if pods[u].annotations.get(PLAN_RECORD) == text}
         return plan
-
-    def _evictions_for(self, plan: Plan, snapshot: Snapshot) -> Eviction | None:
-        """The eviction of ``plan``'s victims still running (not evicted yet), by unit."""
-        units: dict[str, list[Pod]] = {}
-        for uid in sorted(plan.victims):
-            pod = snapshot.pods.get(uid)
-            if pod is None or pod.terminal or pod.deleting:
-                continue
-            spec = gang_spec(pod)
-            units.setdefault(spec.key if spec else f"pod:{pod.key}", []).append(pod)
-        if not units:
-            return None
-        return Eviction(
-            plan.gang,
-            tuple(
-                Unit(key, None, tuple(pods), max(p.priority for p in pods), False, 0.0)
-                for key, pods in units.items()
-            ),
-            f"preempted for gang {plan.gang} (eviction resumed by a new leader)",
-        )
-
-    def eviction_refused(self, eviction: Eviction, unit_key: str, why: str) -> None:
-        """A PodDisruptionBudget (or the API) refused evicting ``unit_key``: leave that work
-        alone for a while and plan the preemptor again, choosing other victims."""
-        with self.book.lock:
-            self._blocked[unit_key] = self._wall() + 60.0
-            reason = f"eviction of {unit_key} refused ({why})"
-            self.book.drop(eviction.preemptor, reason)
-            self.book.note(Kind.PLAN_RELEASED, eviction.preemptor, reason)
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -1130,7 +1087,7 @@ class Planner:
         if (
             not first
             and self._still.still(gang, view)
-            and not self._may_preempt(session, facts.priority, queue)
+            and not self._evictions.may_preempt(session, facts.priority, queue)
         ):
             return False, None  # no node gained room since it found none: its reason stands
         allocation = self._allocate(session, view, core, gang)
@@ -1140,7 +1097,7 @@ class Planner:
         if (
             not allocation.complete
             and not asked
-            and self._preempt(session, gang, core, queue, usage, now)
+            and self._evictions.preempt(session, gang, core, queue, usage, now)
         ):
             return True, None
         if not allocation.complete:
@@ -1182,101 +1139,6 @@ class Planner:
         session.plans[gang.key] = plan
         self.book.reasons.pop(gang.key, None)
         return True, None
-
-    def _preempt(
-        self,
-        session: Session,
-        gang: Gang,
-        core: Sequence[Pod],
-        queue: str,
-        usage: QueueUsage,
-        now: float,
-    ) -> bool:
-        """Plan ``gang`` onto room that evicting whole lower-priority gangs (or, for a queue
-        below its guarantee, borrowed work) would free; queue those evictions."""
-        if not self._may_preempt(session, max(p.priority for p in core), queue):
-            return False
-        config = self._queues.config
-        wall = self._wall()
-        self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
-        snapshot, all_units = self._running_units(session, config, wall)
-        taken = {uid for plan in session.plans.values() for uid in plan.victims}
-        units = [
-            u
-            for u in all_units
-            if u.key not in self._blocked and not any(p.uid in taken for p in u.pods)
-        ]
-        room = make_room(
-            snapshot,
-            gang.key,
-            core,
-            units,
-            usage=usage,
-            queue=queue,
-            config=config,
-            now=wall,
-            strategy=self._strategy,
-        )
-        if room is None:
-            return False
-        uids = frozenset(p.uid for u in room.victims for p in u.pods)
-        placed = room.allocation
-        session.reserve(gang.key, placed.placed, placed.devices, force=True)
-        usage.add(queue, demand_of(core))
-        expires = now + (gang.timeout or self._plan_ttl) + self._plan_ttl
-        plan = Plan.of(gang, placed.placed, now, expires, uids, queue)
-        plan.devices.update(placed.devices)
-        session.plans[gang.key] = plan
-        names = ", ".join(sorted({u.key for u in room.victims}))
-        self.book.reasons[gang.key] = Reason(
-            Why.EVICTING, f"waiting for {len(uids)} evicted pods to leave ({names})"
-        )
-        session.evict(Eviction(gang.key, tuple(room.victims), room.why, room.kind, queue))
-        return True
-
-    def _may_preempt(self, session: Session, priority: int, queue: str) -> bool:
-        """Whether a gang's core of ``priority`` (in ``queue``) may take room from running
-        work at all."""
-        if not self._preemption:
-            return False
-        lowest = self._lowest_running_priority(session)
-        return may_take_room(self._queues.config, queue, lowest, priority)
-
-    def _lowest_running_priority(self, session: Session) -> int | None:
-        """The lowest priority of any pod holding a node (``None``: none), once per cache
-        generation: every gang that does not fit asks, and the answer rarely changes."""
-        snapshot = session.snapshot
-        if self._lowest is None or self._lowest[0] != snapshot.generation:
-            held = [p.priority for p in snapshot.pods.values() if snapshot.holds_node(p)]
-            self._lowest = (snapshot.generation, min(held, default=None))
-        return self._lowest[1]
-
-    def _running_units(
-        self, session: Session, config: QueueConfig, wall: float
-    ) -> tuple[Snapshot, list[Unit]]:
-        """The session's snapshot (no holds) and its victim units, computed once per view and
-        second (every gang that does not fit asks; protection by age changes by the second)."""
-        key = (session.statement.base, session.version, int(wall), id(config))
-        if self._units_memo is None or self._units_memo[0] != key:
-            snapshot = replace(session.snapshot, view=session.backfill_view())
-            units = running_units(
-                snapshot,
-                gangs_of(snapshot),
-                lambda p: queue_name(p, config, self._scheduler_name),
-                now=wall,
-                protection=self._protection,
-            )
-            self._units_memo = (key, snapshot, units)
-        return self._units_memo[1], self._units_memo[2]
-
-    def _victims_left(self, plan: Plan) -> int:
-        """How many of ``plan``'s victims are still there."""
-        left = 0
-        for uid in plan.victims:
-            pod = self._cache.pod(uid)
-            if pod is not None and not pod.terminal:
-                left += 1
-        return left
 
     def _view_for(self, session: Session, gang: str, runtimes: Sequence[float | None]) -> NodeView:
         """The held room is off limits unless ``gang`` owns it or its core's declared

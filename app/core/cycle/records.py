@@ -20,7 +20,7 @@ plans and reservations before the new leader makes any decision.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,14 @@ def encode_plan(plan: Plan, expires: float) -> str:
             "victims": sorted(plan.victims),
         }
     )
+
+
+def record_text(plan: Plan, clock: Callable[[], float], wall: Callable[[], float]) -> str:
+    """The record text of ``plan``; the first time, its expiry is fixed in epoch seconds
+    (``plan.expires`` counts on ``clock``, the record on ``wall``)."""
+    if not plan.expires_at:
+        plan.expires_at = wall() + (plan.expires - clock())
+    return encode_plan(plan, plan.expires_at)
 
 
 def decode_plan(text: str) -> PlanRecord | None:
