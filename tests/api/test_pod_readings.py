@@ -113,3 +113,28 @@ def test_a_retried_filter_call_answers_as_the_first(monkeypatch: pytest.MonkeyPa
         pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
         bad = client.post("/filter", content=json.dumps({"Pod": pod, "NodeNames": ["h100-0"]}))
         assert bad.status_code == 422 and "cpu" in bad.json()["field"]
+
+
+@pytest.mark.parametrize(
+    ("cached", "sent", "read"),
+    [("7", "7", False), ("7", "8", True), ("", "", True)],
+    ids=["the version the cache holds", "a newer version", "no version"],
+)
+def test_a_pod_the_cache_holds_at_that_version_is_not_read(
+    cached: str, sent: str, read: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-scheduler's copy of a pod the watch already delivered is that very version: the
+    call is answered from the cache's pod, as reading it would answer."""
+    names = ["h100-0", "a100-0", "cpu-0", "t4-0"]
+    pod = pod_json("watched", gpu=4)
+    pod["metadata"]["resourceVersion"] = cached
+    app, fresh = create_app(Settings(demo=True)), create_app(Settings(demo=True))
+    with running(app) as client, running(fresh) as other:
+        app.state.muster.cache.upsert_pod(extender.pod_from_dict(pod, "Pod"))
+        reads = counted(monkeypatch)
+        pod["metadata"]["resourceVersion"] = sent
+        body = json.dumps({"Pod": pod, "NodeNames": names})
+        answer = client.post("/filter", content=body)
+        assert reads == (["watched"] if read else [])
+        assert answer.status_code == 200
+        assert answer.json() == other.post("/filter", content=body).json()

@@ -310,6 +310,7 @@ def pod_from_dict(data: Any, field: str = "Pod") -> Pod:
         gates=_gates(spec.get("schedulingGates"), f"{field}.spec.schedulingGates"),
         unschedulable=_unschedulable(status.get("conditions"), f"{field}.status.conditions"),
         soft_preferences=_soft_preferences(meta, spec, field),
+        version=_str(meta.get("resourceVersion"), f"{field}.metadata.resourceVersion"),
     )
 
 

@@ -226,6 +226,9 @@ class Pod:
     #: of a ReplicaSet's, StatefulSet's or ReplicationController's pods
     #: (``app.core.policies.solepick``).
     soft_preferences: bool = False
+    #: ``metadata.resourceVersion`` as read ("" when unknown): which version of the object
+    #: this is, not what it says, so two pods that differ only in it are equal.
+    version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:

@@ -993,6 +993,13 @@ class ClusterCache:
         with self._lock:
             return self._pods.get(uid)
 
+    def pod_at(self, uid: str, version: str) -> Pod | None:
+        """The cached pod with this uid if the cache read it at ``version`` (its
+        ``resourceVersion``; ``None`` for an empty one): then any copy of that version says
+        what it says, and need not be read again."""
+        pod = self._pods.get(uid)  # one dict read: no lock needed
+        return pod if version and pod is not None and pod.version == version else None
+
     def view(self) -> NodeView:
         """The current ``NodeView`` (shared between callers until something changes)."""
         with self._lock:
