@@ -11,23 +11,21 @@ a PodDisruptionBudget refuses sends the preemptor back to be planned again, with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from app.core.actions.victims import Unit, running_units
 from app.core.cycle.makeroom import make_room, may_take_room
 from app.core.cycle.memos import gangs_of
-from app.core.cycle.planbook import PlanBook
+from app.core.cycle.planbook import PlanBook, PlannerSettings
 from app.core.cycle.plans import Eviction, Plan, Reason, Why
 from app.core.cycle.records import record_text
 from app.core.cycle.session import Session
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.queues import QueueConfig
 from app.core.model.values import Pod
-from app.core.policies.interfaces import Protection
 from app.core.state.cache import ClusterCache
 from app.core.state.journal import Kind
-from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, queue_name
 from app.core.state.view import Snapshot
 
@@ -36,31 +34,10 @@ class Evictions:
     """Decides which running work gives way to a gang that does not fit, and keeps the
     evictions decided until the loop carries them out (``PlanBook.evictions``)."""
 
-    def __init__(
-        self,
-        book: PlanBook,
-        *,
-        queues: QueueFile,
-        protection: Protection,
-        scheduler_name: str,
-        strategy: str,
-        plan_ttl: float,
-        preemption: bool,
-        clock: Callable[[], float],
-        wall: Callable[[], float],
-    ) -> None:
-        """``preemption``: whether a gang may take room from running work at all; a plan
-        that evicts lives ``plan_ttl`` longer than others (its victims must leave first)."""
+    def __init__(self, book: PlanBook, settings: PlannerSettings) -> None:
         self._book = book
         self._cache = book.cache
-        self._queues = queues
-        self._protection = protection
-        self._scheduler_name = scheduler_name
-        self._strategy = strategy
-        self._plan_ttl = plan_ttl
-        self._preemption = preemption
-        self._clock = clock
-        self._wall = wall
+        self._settings = settings
         self._blocked: dict[str, float] = {}  # victim unit key -> until (a PDB refused it)
         self._lowest: tuple[int, int | None] | None = None
         self._units_memo: tuple[tuple[int, int, int, int], Snapshot, list[Unit]] | None = None
@@ -83,7 +60,7 @@ class Evictions:
                 plan = self._book.plans.get(eviction.preemptor)
                 if plan is None:
                     continue
-                text = record_text(plan, self._clock, self._wall)
+                text = record_text(plan, self._settings.clock, self._settings.wall)
                 recorded = all(
                     plan.recorded.get(uid) == text
                     or (uid in snapshot.pods and snapshot.holds_node(snapshot.pods[uid]))
@@ -99,7 +76,7 @@ class Evictions:
         """A PodDisruptionBudget (or the API) refused evicting ``unit_key``: leave that work
         alone for a while and plan the preemptor again, choosing other victims."""
         with self._book.lock:
-            self._blocked[unit_key] = self._wall() + 60.0
+            self._blocked[unit_key] = self._settings.wall() + 60.0
             reason = f"eviction of {unit_key} refused ({why})"
             self._book.drop(eviction.preemptor, reason)
             self._book.note(Kind.PLAN_RELEASED, eviction.preemptor, reason)
@@ -117,8 +94,8 @@ class Evictions:
         below its guarantee, borrowed work) would free; queue those evictions."""
         if not self.may_preempt(session, max(p.priority for p in core), queue):
             return False
-        config = self._queues.config
-        wall = self._wall()
+        config = self._settings.queues.config
+        wall = self._settings.wall()
         self._blocked = {k: t for k, t in self._blocked.items() if t > wall}
         snapshot, all_units = self._running_units(session, config, wall)
         taken = {uid for plan in session.plans.values() for uid in plan.victims}
@@ -136,7 +113,7 @@ class Evictions:
             queue=queue,
             config=config,
             now=wall,
-            strategy=self._strategy,
+            strategy=self._settings.strategy,
         )
         if room is None:
             return False
@@ -144,7 +121,7 @@ class Evictions:
         placed = room.allocation
         session.reserve(gang.key, placed.placed, placed.devices, force=True)
         usage.add(queue, demand_of(core))
-        expires = now + (gang.timeout or self._plan_ttl) + self._plan_ttl
+        expires = now + (gang.timeout or self._settings.plan_ttl) + self._settings.plan_ttl
         plan = Plan.of(gang, placed.placed, now, expires, uids, queue)
         plan.devices.update(placed.devices)
         session.plans[gang.key] = plan
@@ -158,10 +135,10 @@ class Evictions:
     def may_preempt(self, session: Session, priority: int, queue: str) -> bool:
         """Whether a gang's core of ``priority`` (in ``queue``) may take room from running
         work at all."""
-        if not self._preemption:
+        if not self._settings.preemption:
             return False
         lowest = self._lowest_running_priority(session)
-        return may_take_room(self._queues.config, queue, lowest, priority)
+        return may_take_room(self._settings.queues.config, queue, lowest, priority)
 
     def _lowest_running_priority(self, session: Session) -> int | None:
         """The lowest priority of any pod holding a node (``None``: none), once per cache
@@ -183,9 +160,9 @@ class Evictions:
             units = running_units(
                 snapshot,
                 gangs_of(snapshot),
-                lambda p: queue_name(p, config, self._scheduler_name),
+                lambda p: queue_name(p, config, self._settings.scheduler_name),
                 now=wall,
-                protection=self._protection,
+                protection=self._settings.protection,
             )
             self._units_memo = (key, snapshot, units)
         return self._units_memo[1], self._units_memo[2]

@@ -5,21 +5,51 @@ verdicts (``verdicts``), the records written for the next leader (``recording``)
 evictions carried out for plans (``evictions``), the nudges and conflicts the loop sends
 (``nudges``) and the looks readers take (``looks``). None of them reads another's
 attributes: they share one ``PlanBook`` (the live plans, what each waiting gang was told,
-the head-of-line hold, the evictions queued, what the last cycle saw) and its one lock.
+the head-of-line hold, the evictions queued, what the last cycle saw) and its one lock, and
+they plan by one ``PlannerSettings``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from app.core.actions.backfill import Reservation
 from app.core.cycle.plans import Eviction, Plan, Reason, Why
 from app.core.cycle.session import Session
+from app.core.policies.interfaces import GangOrder, Protection
 from app.core.state.cache import ClusterCache
 from app.core.state.journal import Journal, Kind
+from app.core.state.queuefile import QueueFile
 from app.core.state.statement import Applied, Reserve
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """What the planner's parts plan by: the ``Planner``'s parameters, as it resolved them."""
+
+    queues: QueueFile
+    #: How long running work is protected from preemption (``MinRuntime`` by default).
+    protection: Protection
+    #: The order of gangs within a queue (``LongestFirst`` by default).
+    order: GangOrder
+    scheduler_name: str
+    #: The scorer that places members (``app.core.policies.registry``).
+    strategy: str
+    #: Seconds a plan lives if its gang does not start.
+    plan_ttl: float
+    #: Seconds a running pod that declares no runtime is expected to run.
+    default_runtime: float
+    #: Whether a gang may take room from running work at all.
+    preemption: bool
+    #: Topology label keys, broadest first (``app.core.state.domains``).
+    topology_keys: tuple[str, ...]
+    #: What plans' times count on (monotonic seconds).
+    clock: Callable[[], float]
+    #: The epoch time pods' start times and records are compared with.
+    wall: Callable[[], float]
 
 
 class PlanBook:

@@ -51,7 +51,7 @@ from app.core.cycle.memos import (
     gangs_of,
 )
 from app.core.cycle.outlook import Outlook
-from app.core.cycle.planbook import PlanBook
+from app.core.cycle.planbook import PlanBook, PlannerSettings
 from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
 from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan, record_text
 from app.core.cycle.session import Session
@@ -179,17 +179,12 @@ class Planner:
         self._clock = clock
         #: The plans and what goes with them, shared by the planner's parts (``planbook``).
         self.book = PlanBook(cache, journal)
-        self._evictions = Evictions(
-            self.book,
-            queues=self._queues,
-            protection=self._protection,
-            scheduler_name=scheduler_name,
-            strategy=strategy,
-            plan_ttl=plan_ttl,
-            preemption=preemption,
-            clock=clock,
-            wall=wall,
-        )
+        self._settings = PlannerSettings(
+            self._queues, self._protection, self._order, scheduler_name=scheduler_name,
+            strategy=strategy, plan_ttl=plan_ttl, default_runtime=default_runtime,
+            preemption=preemption, topology_keys=self._topology_keys, clock=clock, wall=wall,
+        )  # fmt: skip
+        self._evictions = Evictions(self.book, self._settings)
         #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
