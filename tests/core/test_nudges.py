@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.core.cycle.planner import RENUDGE
+from app.core.cycle.nudges import RENUDGE
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import pod_from_dict

@@ -50,6 +50,7 @@ from app.core.cycle.memos import (
     StillBlocked,
     gangs_of,
 )
+from app.core.cycle.nudges import Nudges
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planbook import PlanBook, PlannerSettings
 from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
@@ -86,9 +87,6 @@ BUSY = "waiting for the planner (a planning cycle is under way)"
 #: Why a member waits while this replica may not decide (not synced, or not the leader yet).
 NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recorded plans)"
 
-#: Seconds after which a planned member that has not reached filter since its nudge is
-#: nudged again (see ``Planner.to_nudge``).
-RENUDGE = 1.0
 #: Seconds filter waits for a running cycle when a node's room came back since the last one
 #: (see ``Planner.verdict``); within issue 12's bound on a filter call's wait for a cycle.
 FREED_WAIT = 0.005
@@ -185,6 +183,7 @@ class Planner:
             preemption=preemption, topology_keys=self._topology_keys, clock=clock, wall=wall,
         )  # fmt: skip
         self._evictions = Evictions(self.book, self._settings)
+        self._nudges = Nudges(self.book, clock)
         #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
@@ -208,13 +207,6 @@ class Planner:
         self._fills = DomainFills(self._strategy)
         # The running pods' ending order, kept between the head-of-line holds of cycles.
         self._ending = EndingMemo()
-        #: member uid -> when it was last nudged / last reached filter (``to_nudge``)
-        self._nudged_at: dict[str, float] = {}
-        self._asked: dict[str, float] = {}
-        # Gangs whose members' keys and group object disagree (last cycle), and what of that
-        # has been reported: (pod uid or group ref, text).
-        self._conflicted: list[Gang] = []
-        self._reported: set[tuple[object, str]] = set()
 
     # -- queries -------------------------------------------------------------------------
 
@@ -250,7 +242,7 @@ class Planner:
         spec = gang_spec(pod)
         if spec is None:
             return Verdict()
-        self._asked[pod.uid] = self._clock()  # one dict write: no lock needed
+        self._nudges.asked(pod.uid)  # one dict write: no lock needed
         plan = self.book.plans.get(spec.key)
         due = False
         if (plan is None or pod.uid not in plan.members) and (
@@ -485,6 +477,20 @@ class Planner:
         """The gang's core has reached bind together: later members may bind at once."""
         self.book.mark_released(gang)
 
+    def take_conflicts(self) -> list[Conflict]:
+        """Disagreements between gangs' keys and their group objects not reported yet
+        (``Nudges.take_conflicts``)."""
+        return self._nudges.take_conflicts()
+
+    def to_nudge(self) -> list[tuple[str, Pod]]:
+        """Planned members to nudge now, so kube-scheduler retries them (``Nudges.to_nudge``);
+        marks them."""
+        return self._nudges.to_nudge()
+
+    def renudge(self, gang: str, uid: str) -> None:
+        """Nudging member ``uid`` failed: offer it again in the next ``to_nudge``."""
+        self._nudges.renudge(gang, uid)
+
     def take_evictions(self) -> list[Eviction]:
         """The evictions decided since the last call (the loop carries them out)."""
         return self._evictions.take_evictions()
@@ -498,67 +504,6 @@ class Planner:
         """Evicting ``unit_key`` was refused: plan the preemptor again, with other victims
         (``Evictions.eviction_refused``)."""
         self._evictions.eviction_refused(eviction, unit_key, why)
-
-    def take_conflicts(self) -> list[Conflict]:
-        """Disagreements between gangs' own keys and their group objects (``Gang.conflicts``)
-        not reported yet: each text once per member and once per object while it lasts."""
-        with self.book.lock:
-            out: list[Conflict] = []
-            live: set[tuple[object, str]] = set()
-            for gang in self._conflicted:
-                objects = {p.group.ref: p.group for p in gang.members if p.group is not None}
-                for text in gang.conflicts:
-                    pods = [p for p in gang.members if (p.uid, text) not in self._reported]
-                    new = [o for r, o in objects.items() if (r, text) not in self._reported]
-                    live.update((p.uid, text) for p in gang.members)
-                    live.update((r, text) for r in objects)
-                    if pods or new:
-                        out.append(Conflict(gang.key, text, tuple(pods), tuple(new)))
-            self._reported = live
-            return out
-
-    def to_nudge(self) -> list[tuple[str, Pod]]:
-        """Planned members not yet nudged (so kube-scheduler retries them now); marks them.
-
-        A nudge can be lost: kube-scheduler may be trying the pod when it arrives, and the
-        try fails (a new leader nudges before the Service routes to it). A member that has
-        not reached filter ``RENUDGE`` seconds after its nudge is nudged again, if
-        kube-scheduler has ever failed it (``PodScheduled=False``): a member it never tried
-        waits in its active queue and comes to filter without a nudge, and another patch
-        would only add to the API server's load while a burst of pods is being scheduled."""
-        with self.book.lock:
-            snapshot = self._cache.snapshot()
-            now = self._clock()
-            out = []
-            planned: set[str] = set()
-            for plan in self.book.plans.values():
-                planned.update(plan.members)
-                if plan.victims and victims_left(self._cache, plan):
-                    continue  # nudged once the victims are gone
-                for uid in plan.members:
-                    pod = snapshot.pods.get(uid)
-                    if pod is None or snapshot.holds_node(pod):
-                        continue
-                    if uid in plan.nudged:
-                        if not pod.unschedulable:
-                            continue  # never failed: kube-scheduler's active queue holds it
-                        when = self._nudged_at.get(uid, now)
-                        if now - when < RENUDGE or self._asked.get(uid, -1.0) >= when:
-                            continue
-                    plan.nudged.add(uid)
-                    self._nudged_at[uid] = now
-                    out.append((plan.gang, pod))
-            for uid in [u for u in self._nudged_at if u not in planned]:
-                del self._nudged_at[uid]
-                self._asked.pop(uid, None)
-            return out
-
-    def renudge(self, gang: str, uid: str) -> None:
-        """Nudging member ``uid`` failed: offer it again in the next ``to_nudge``."""
-        with self.book.lock:
-            plan = self.book.plans.get(gang)
-            if plan is not None:
-                plan.nudged.discard(uid)
 
     # -- records: what the next leader finds (``records``) ---------------------------------
 
@@ -601,8 +546,10 @@ class Planner:
                     gated = GANG_GATE in pod.gates  # a gate must be removed (``to_nudge``)
                     if not waiting and not gated:
                         plan.nudged.add(uid)
-                        self._nudged_at[uid] = self._clock()
-                    if plan.victims or (not gated and (pod.unschedulable or uid in self._asked)):
+                        self._nudges.nudged(uid)
+                    if plan.victims or (
+                        not gated and (pod.unschedulable or self._nudges.was_asked(uid))
+                    ):
                         tried.append(pod)
                     else:
                         untried.append(pod)
@@ -783,7 +730,7 @@ class Planner:
         snapshot = session.snapshot
         self._fills = DomainFills(self._strategy)
         gangs = gangs_of(snapshot, self._gang_memo)
-        self._conflicted = [g for g in gangs.values() if g.conflicts]
+        self._nudges.saw(gangs.values())
         self.book.seen = dict(Counter(snapshot.gang_members.values()))
         self._no_room = set()
         self._queue_names.prune(snapshot)
