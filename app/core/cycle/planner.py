@@ -39,7 +39,7 @@ from app.core.actions.allocate_in_domain import (
 from app.core.actions.backfill import EndingMemo, Reservation, ends_before, may_backfill
 from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
-from app.core.cycle.evictions import Evictions, evictions_for, victims_left
+from app.core.cycle.evictions import Evictions, victims_left
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.memos import (
     FailedPlacements,
@@ -54,12 +54,12 @@ from app.core.cycle.nudges import Nudges
 from app.core.cycle.outlook import Outlook
 from app.core.cycle.planbook import PlanBook, PlannerSettings
 from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why, lapsed
-from app.core.cycle.records import HoldRecord, PlanRecord, encode_hold, encode_plan, record_text
+from app.core.cycle.recording import Recorder
+from app.core.cycle.records import HoldRecord, PlanRecord
 from app.core.cycle.session import Session
 from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, gang_spec
 from app.core.model.interned import Interned
-from app.core.model.labels import GANG_GATE, PLAN_RECORD
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
 from app.core.model.status import SUCCESS, Status
@@ -76,7 +76,6 @@ from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
-from app.core.state.statement import Hold, Reserve, Statement
 from app.core.state.timings import Timings
 from app.core.state.view import NodeView, Snapshot
 
@@ -182,8 +181,6 @@ class Planner:
             strategy=strategy, plan_ttl=plan_ttl, default_runtime=default_runtime,
             preemption=preemption, topology_keys=self._topology_keys, clock=clock, wall=wall,
         )  # fmt: skip
-        self._evictions = Evictions(self.book, self._settings)
-        self._nudges = Nudges(self.book, clock)
         #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
@@ -207,6 +204,10 @@ class Planner:
         self._fills = DomainFills(self._strategy)
         # The running pods' ending order, kept between the head-of-line holds of cycles.
         self._ending = EndingMemo()
+        # The planner's parts, sharing the book and the settings (``planbook``).
+        self._evictions = Evictions(self.book, self._settings)
+        self._nudges = Nudges(self.book, clock)
+        self._recorder = Recorder(self.book, self._settings, self._nudges, self._queue_names)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -508,174 +509,31 @@ class Planner:
     # -- records: what the next leader finds (``records``) ---------------------------------
 
     def to_record(self) -> list[tuple[Pod, str]]:
-        """Planned members (not holding a node) to write the plan record on now, with the
-        text to write (``muster.io/plan``); marks them written. The write updates the pod,
-        so it also makes kube-scheduler retry the member now: members of a plan whose
-        victims are gone count as nudged.
-
-        A preemptor's plan is written on every member before anything is evicted for it
-        (``recorded_first``). Any other plan is written on the members kube-scheduler has
-        already tried (filter saw them, or their ``PodScheduled`` is ``False``): they wait in
-        its unschedulable queue and need the write as a nudge anyway. A member it never
-        tried is in its active queue and comes to filter by itself, so it is not written
-        on, unless no member carries the plan yet: then the first one does, as one record
-        is enough for the next leader to carry the plan on (``plans_from``). In a burst of
-        shuffled gangs this keeps about three in four of these patches off the API server.
-        """
-        with self.book.lock:
-            snapshot = self._cache.snapshot()
-            out = []
-            for plan in self.book.plans.values():
-                text = record_text(plan, self._clock, self._wall)
-                waiting = bool(plan.victims) and victims_left(self._cache, plan) > 0
-                carried = any(plan.recorded.get(u) == text for u in plan.members)
-                tried: list[Pod] = []
-                untried: list[Pod] = []
-                for uid in plan.members:
-                    pod = snapshot.pods.get(uid)
-                    if (
-                        pod is None
-                        or snapshot.holds_node(pod)
-                        or text
-                        in (
-                            plan.recorded.get(uid),
-                            plan.skipped.get(uid),
-                        )
-                    ):
-                        continue
-                    gated = GANG_GATE in pod.gates  # a gate must be removed (``to_nudge``)
-                    if not waiting and not gated:
-                        plan.nudged.add(uid)
-                        self._nudges.nudged(uid)
-                    if plan.victims or (
-                        not gated and (pod.unschedulable or self._nudges.was_asked(uid))
-                    ):
-                        tried.append(pod)
-                    else:
-                        untried.append(pod)
-                if not carried and not tried and untried:
-                    tried.append(untried.pop(0))
-                for pod in tried:
-                    plan.recorded[pod.uid] = text
-                    out.append((pod, text))
-                for pod in untried:
-                    plan.skipped[pod.uid] = text
-            return out
+        """Planned members to write the plan record on now, with the text (``muster.io/plan``);
+        marks them written (``Recorder.to_record``)."""
+        return self._recorder.to_record()
 
     def unrecorded(self, pod: Pod) -> None:
         """Writing ``pod``'s plan record failed: write it again next time."""
-        with self.book.lock:
-            for plan in self.book.plans.values():
-                if pod.uid in plan.members:
-                    plan.recorded.pop(pod.uid, None)
-                    plan.skipped.pop(pod.uid, None)
-                    plan.nudged.discard(pod.uid)
+        self._recorder.unrecorded(pod)
 
     def record_of(self, uid: str, gang: str) -> str | None:
         """The plan record a Binding of member ``uid`` of ``gang`` carries (None: no plan)."""
-        with self.book.lock:
-            plan = self.book.plans.get(gang)
-            if plan is None or uid not in plan.members:
-                return None
-            return record_text(plan, self._clock, self._wall)
+        return self._recorder.record_of(uid, gang)
 
     def hold_record(self) -> str:
         """The record text of the head-of-line hold in force (``muster.io/hold``)."""
-        return encode_hold(*self._cache.holds)
+        return self._recorder.hold_record()
 
     def reset(self) -> None:
         """Forget every plan, reservation, hold and queued eviction (leadership lost: the
         next leader decides from the records)."""
-        with self.book.lock:
-            self.book.clear()
+        self._recorder.reset()
 
     def restore(self, records: dict[str, PlanRecord], hold: HoldRecord | None) -> list[str]:
-        """Carry on from the records (``records.plans_from``, the Lease's hold) before
-        deciding anything new: each plan whose core members still exist takes its recorded
-        nodes and GPU devices again (all or none, re-checked by the cache; a plan that no
-        longer fits is dropped and its gang planned anew), victims not yet evicted are queued
-        for eviction again, and the hold is put back. Returns what it did, one line each."""
-        with self.book.lock:
-            self.book.clear()
-            now, wall = self._clock(), self._wall()
-            snapshot = self._cache.snapshot()
-            statement = Statement(base=snapshot.generation)
-            plans: dict[str, Plan] = {}
-            notes: list[str] = []
-            for gang, record in sorted(records.items()):
-                members = [snapshot.pods.get(u) for u in record.members]
-                if all(p is None or p.terminal or snapshot.holds_node(p) for p in members):
-                    continue  # fulfilled (or gone): nothing to carry on
-                plan = self._restored(record, snapshot, now, wall)
-                if plan is None:
-                    notes.append(f"{gang}: plan {record.id} is over; planned anew")
-                    continue
-                pending = {
-                    uid: node
-                    for uid, node in plan.members.items()
-                    if not snapshot.holds_node(snapshot.pods[uid])
-                }
-                force = bool(plan.victims) and victims_left(self._cache, plan) > 0
-                statement.ops.append(Reserve(gang, pending, dict(plan.devices), force))
-                plans[gang] = plan
-            if hold is not None and hold.owner not in plans:
-                statement.ops.append(Hold(hold.owner, hold.holds, hold.until))
-            applied = self._cache.apply(statement)
-            for i, status in applied.refused.items():
-                op = statement.ops[i]
-                assert isinstance(op, Reserve)
-                del plans[op.gang]
-                notes.append(f"{op.gang}: recorded room is gone ({status}); planned anew")
-            for gang, plan in plans.items():
-                victims = evictions_for(plan, snapshot)
-                if victims is not None:
-                    self.book.evictions.append(victims)
-                notes.append(
-                    f"{gang}: plan {plan.id} carried on ({len(plan.members)} members"
-                    + (f", {len(victims.units)} victim units to evict" if victims else "")
-                    + ")"
-                )
-            self.book.plans = plans
-            if hold is not None and hold.owner not in plans:
-                notes.append(f"{hold.owner}: head-of-line hold on {', '.join(sorted(hold.holds))}")
-            return notes
-
-    def _restored(
-        self, record: PlanRecord, snapshot: Snapshot, now: float, wall: float
-    ) -> Plan | None:
-        """The live plan for ``record`` (None: a core member is gone, or it expired before
-        any core member bound)."""
-        pods = snapshot.pods
-        config = self._queues.config
-        live = {u for u in record.members if u in pods and not pods[u].terminal}
-        if not record.core <= live:
-            return None
-        started = any(snapshot.holds_node(pods[u]) for u in record.core)
-        expires = now + (record.expires - wall)
-        expires_at = record.expires
-        if expires <= now:
-            if not started:
-                return None
-            # Part of the core is bound: the rest must follow, give it a full TTL again.
-            expires, expires_at = now + self._plan_ttl, wall + self._plan_ttl
-        plan = Plan(
-            gang=record.gang,
-            members={u: n for u, n in record.members.items() if u in live},
-            core=record.core,
-            min_member=record.min_member,
-            created=now,
-            expires=expires,
-            released=started,
-            victims=record.victims,
-            devices={u: d for u, d in record.devices.items() if u in live},
-            id=record.id,
-            expires_at=expires_at,
-            queue=min({self._queue_names.of(pods[u], config) for u in live})
-            or config.default_queue,
-        )
-        text = encode_plan(plan, expires_at)
-        plan.recorded = {u: text for u in live if pods[u].annotations.get(PLAN_RECORD) == text}
-        return plan
+        """Carry on from the records before deciding anything new (``Recorder.restore``);
+        returns what it did, one line each."""
+        return self._recorder.restore(records, hold)
 
     # -- the cycle -----------------------------------------------------------------------
 
