@@ -16,14 +16,13 @@ Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
 
 from __future__ import annotations
 
-import math
 import operator
 import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, overload
+from dataclasses import replace
+from typing import Any, overload
 
 import numpy as np
 
@@ -37,16 +36,15 @@ from app.core.actions.allocate_in_domain import (
     reaches,
 )
 from app.core.actions.backfill import EndingMemo, Reservation, ends_before, may_backfill
-from app.core.cycle.describe import describe
 from app.core.cycle.elastic import plan_extras
 from app.core.cycle.evictions import Evictions, victims_left
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
+from app.core.cycle.looks import Looks
 from app.core.cycle.memos import (
     FailedPlacements,
     GangMemo,
     MemberFacts,
     QueueNames,
-    SnapshotMemo,
     StillBlocked,
     gangs_of,
 )
@@ -71,13 +69,12 @@ from app.core.policies.minruntime import MinRuntime
 from app.core.policies.proportion import admit, admits_anything
 from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache
-from app.core.state.diff import changed_pods
 from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
 from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
 from app.core.state.timings import Timings
-from app.core.state.view import NodeView, Snapshot
+from app.core.state.view import NodeView
 
 __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
 
@@ -89,41 +86,6 @@ NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recor
 #: Seconds filter waits for a running cycle when a node's room came back since the last one
 #: (see ``Planner.verdict``); within issue 12's bound on a filter call's wait for a cycle.
 FREED_WAIT = 0.005
-#: Seconds after a look (explain, what-if, the census) during which each cycle publishes what
-#: the next look reads should it come while a cycle runs (see ``Planner.look``).
-LOOKED_RECENTLY = 30.0
-
-
-class _Published(NamedTuple):
-    """Plans, reasons and head-of-line hold as a cycle left them (copies: read without the
-    planner's lock, never changed)."""
-
-    plans: dict[str, Plan]
-    reasons: dict[str, Reason]
-    head: Reservation | None
-
-
-def _same_gangs(old: Snapshot, new: Snapshot) -> bool:
-    """Whether ``gangs_of`` gives the same gangs on ``new`` as on ``old``: no pod that is a
-    gang member in either changed (its object, whether it holds a node, or its gang), so
-    every gang has the very same members, bound as before (``changed_pods``)."""
-    if old is new:
-        return True
-    changed = changed_pods(old, new)
-    if changed is None:
-        return False
-    before, after = old.gang_members, new.gang_members
-    return not any(uid in before or uid in after for uid in changed)
-
-
-@dataclass
-class _LookMemos:
-    """The memos of looks taken while a cycle runs (the cycle's own are its thread's)."""
-
-    queue_names: QueueNames
-    gangs: GangMemo = field(default_factory=GangMemo)
-    #: The gangs of the last snapshot any look read.
-    last: tuple[Snapshot, dict[str, Gang]] | None = None
 
 
 class Planner:
@@ -191,13 +153,6 @@ class Planner:
         self._gang_memo = GangMemo()
         self._queue_names = QueueNames(scheduler_name)
         self._facts = MemberFacts()
-        # What explain and what-if keep while the cache is unchanged (``Outlook.kept``).
-        self._insight_memo = SnapshotMemo()
-        # What a look during a cycle reads instead of waiting (``look``): published at the end
-        # of each cycle while someone has looked in the last ``LOOKED_RECENTLY`` seconds.
-        self._published: _Published | None = None
-        self._looked = -math.inf
-        self._looking = _LookMemos(queue_names=QueueNames(scheduler_name))
         self._failed = FailedPlacements()
         self._still = StillBlocked()
         self._demand = DemandMemo()
@@ -208,6 +163,7 @@ class Planner:
         self._evictions = Evictions(self.book, self._settings)
         self._nudges = Nudges(self.book, clock)
         self._recorder = Recorder(self.book, self._settings, self._nudges, self._queue_names)
+        self._looks = Looks(self.book, self._settings, self._gang_memo, self._queue_names)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -356,78 +312,14 @@ class Planner:
     @overload
     def look(self, *, wait: bool) -> Outlook | None: ...
     def look(self, *, wait: bool = True) -> Outlook | None:
-        """The planner's state now, on a session that is never committed (explain, what-if).
-
-        It never waits for a running cycle: the cache is read as it is now, with the plans,
-        reasons and head-of-line hold the last cycle finished with (``_Published``).
-        ``wait=False``: ``None`` instead, while another thread runs a cycle.
-        """
-        if wait:
-            self._looked = self._clock()
-        with self.book.held(False) as held:
-            if held:
-                return self._outlook(self._publish(), self._gang_memo, self._queue_names)
-        if not wait:
-            return None
-        published = self._published
-        if published is None:  # nobody has looked yet: wait this once
-            with self.book.lock:
-                return self._outlook(self._publish(), self._gang_memo, self._queue_names)
-        return self._outlook(published, self._looking.gangs, self._looking.queue_names)
-
-    def _publish(self) -> _Published:
-        """What a look during a cycle reads (called under the lock)."""
-        self._published = _Published(
-            {k: p.copy() for k, p in self.book.plans.items()},
-            dict(self.book.reasons),
-            self.book.head,
-        )
-        return self._published
-
-    def _outlook(
-        self, published: _Published, gang_memo: GangMemo, queue_names: QueueNames
-    ) -> Outlook:
-        session = Session(self._cache, published.plans)
-        last = self._looking.last
-        if last is not None and _same_gangs(last[0], session.snapshot):
-            # No gang member changed: the same gangs (an Outlook only reads them).
-            gangs = last[1]
-            self._looking.last = (session.snapshot, gangs)
-        else:
-            gangs = gangs_of(session.snapshot, gang_memo)
-            self._looking.last = (session.snapshot, gangs)
-        config = self._queues.config
-        usage = measure(
-            session.queue_usage(),
-            session.snapshot.view.allocatable.sum(axis=0),
-            config,
-            self._scheduler_name,
-        )
-        return Outlook(
-            session=session,
-            gangs=gangs,
-            plans=published.plans,
-            reasons=published.reasons,
-            head=published.head,
-            config=config,
-            usage=usage,
-            now=self._wall(),
-            strategy=self._strategy,
-            topology_keys=self._topology_keys,
-            default_runtime=self._default_runtime,
-            scheduler_name=self._scheduler_name,
-            preemption=self._preemption,
-            protection=self._protection,
-            order=self._order,
-            queue_names=queue_names,
-            kept=self._insight_memo,
-        )
+        """The planner's state now, on a session that is never committed (explain, what-if);
+        never waits for a running cycle (``Looks.look``). ``wait=False``: ``None`` instead,
+        while another thread runs a cycle."""
+        return self._looks.look(wait=wait)
 
     def describe(self) -> list[dict[str, Any]]:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
-        with self.book.lock:
-            gangs = gangs_of(self._cache.snapshot())
-            return describe(gangs, self.book.plans, self.book.reasons, time.time())
+        return self._looks.describe()
 
     # -- changes from the verbs and the loop -----------------------------------------------
 
@@ -565,8 +457,7 @@ class Planner:
                 # The room the old owner's hold kept was not free for this cycle's gangs: the
                 # next one plans them there, without waiting for the cluster to change.
                 self.book.generation = -1
-            if self._clock() - self._looked < LOOKED_RECENTLY:
-                self._publish()
+            self._looks.publish_if_looked()
             made = [(g, q) for g, q in planned if g in self.book.plans]
             if self._journal is not None:
                 for gang, queue in made:
