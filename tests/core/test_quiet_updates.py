@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.cycle import planner as planner_module
+from app.core.cycle import verdicts as verdicts_module
 from app.core.model.values import Pod
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
@@ -188,7 +188,7 @@ def test_a_retry_after_room_came_back_waits_for_the_running_cycle(
 ) -> None:
     """While the loop's cycle runs, filter waits for it only when a node's room came back;
     either way the loop's cycle plans the gang."""
-    monkeypatch.setattr(planner_module, "FREED_WAIT", 10.0)  # the mechanism, not the timing
+    monkeypatch.setattr(verdicts_module, "FREED_WAIT", 10.0)  # the mechanism, not the timing
     cache = build_cache(Settings())
     graph = build_graph(Settings(), cache, InMemoryGateway(cache))
     planner = graph.planner

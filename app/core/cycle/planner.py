@@ -12,6 +12,12 @@ committed to the cache in one step at the end of the cycle; a reservation that n
 by then drops its plan, and the gang is planned again.
 
 Plans expire (``plan_ttl``) if the gang does not start; binds finish them.
+
+The plans, and what goes with them, are kept in a ``PlanBook`` (``planbook``) that the cycle
+shares with the parts that answer from it: filter's verdicts (``verdicts``), the records the
+next leader finds (``recording``), preemption's evictions (``evictions``), nudges and
+conflict reports (``nudges``), and what readers see (``looks``). ``Planner`` runs the cycle
+and stands for all of them: every caller asks it, and it passes each question on.
 """
 
 from __future__ import annotations
@@ -24,9 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, overload
 
-import numpy as np
-
-from app.core.actions.allocate import allocate, devices_in_turn, why_unplaced
+from app.core.actions.allocate import devices_in_turn, why_unplaced
 from app.core.actions.allocate_in_domain import (
     DemandMemo,
     DomainFills,
@@ -35,9 +39,9 @@ from app.core.actions.allocate_in_domain import (
     next_domain,
     reaches,
 )
-from app.core.actions.backfill import EndingMemo, Reservation, ends_before, may_backfill
+from app.core.actions.backfill import EndingMemo, Reservation, ends_before
 from app.core.cycle.elastic import plan_extras
-from app.core.cycle.evictions import Evictions, victims_left
+from app.core.cycle.evictions import Evictions
 from app.core.cycle.headofline import domains_for, hold_for, waits_for_domain
 from app.core.cycle.looks import Looks
 from app.core.cycle.memos import (
@@ -55,41 +59,34 @@ from app.core.cycle.plans import Conflict, Eviction, Plan, Reason, Verdict, Why,
 from app.core.cycle.recording import Recorder
 from app.core.cycle.records import HoldRecord, PlanRecord
 from app.core.cycle.session import Session
+from app.core.cycle.verdicts import BUSY, Verdicts, short_reason
 from app.core.gpu.ask import GpuAsk
-from app.core.model.gang import Gang, gang_spec
+from app.core.model.gang import Gang
 from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
-from app.core.model.status import SUCCESS, Status
+from app.core.model.status import Status
 from app.core.model.values import Pod, Resources
 from app.core.policies.drf import order_key
 from app.core.policies.gangorder import LongestFirst
 from app.core.policies.interfaces import GangOrder, Protection
 from app.core.policies.minruntime import MinRuntime
-from app.core.policies.proportion import admit, admits_anything
+from app.core.policies.proportion import admit
 from app.core.policies.registry import Constraint, constraint_of, scorer
 from app.core.state.cache import ClusterCache
 from app.core.state.domains import DEFAULT_KEYS, Ask, ask_of, pod_ask, tree_for
 from app.core.state.journal import Journal, Kind
 from app.core.state.queuefile import QueueFile
-from app.core.state.queueusage import QueueUsage, demand_of, measure, queue_name
+from app.core.state.queueusage import QueueUsage, demand_of, measure
 from app.core.state.timings import Timings
 from app.core.state.view import NodeView
 
 __all__ = ["BUSY", "Eviction", "GangMemo", "Plan", "Planner", "Verdict", "gangs_of"]
 
-#: Why a member waits when its gang has no plan and a cycle is running in another thread.
-BUSY = "waiting for the planner (a planning cycle is under way)"
-#: Why a member waits while this replica may not decide (not synced, or not the leader yet).
-NOT_LEADING = "waiting for this replica to lead (not elected, or restoring recorded plans)"
-
-#: Seconds filter waits for a running cycle when a node's room came back since the last one
-#: (see ``Planner.verdict``); within issue 12's bound on a filter call's wait for a cycle.
-FREED_WAIT = 0.005
-
 
 class Planner:
-    """Holds plans and runs cycles; thread-safe (one lock, cycles are short)."""
+    """Runs cycles, and answers for the parts that read and carry out their plans (see the
+    module docstring); thread-safe (the plan book's one lock, cycles are short)."""
 
     def __init__(
         self,
@@ -122,12 +119,10 @@ class Planner:
         counts how long each cycle takes.
         """
         self._order: GangOrder = order or LongestFirst(default_runtime=default_runtime)
-        self._leads = leads
         self._cache = cache
         self._journal = journal
         self._timings = timings
         self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
-        self._preemption = preemption
         self._default_runtime = default_runtime
         self._wall = wall
         self._queues = queues or QueueFile()
@@ -164,114 +159,46 @@ class Planner:
         self._nudges = Nudges(self.book, clock)
         self._recorder = Recorder(self.book, self._settings, self._nudges, self._queue_names)
         self._looks = Looks(self.book, self._settings, self._gang_memo, self._queue_names)
+        self._verdicts = Verdicts(self.book, self._settings, self, self._nudges, leads)
 
-    # -- queries -------------------------------------------------------------------------
-
-    # Readers of plans and reasons do not take the planner's lock: a cycle decides on a
-    # session's copies and swaps the plan store whole when it commits, so a reader sees the
-    # plans before or after a cycle, never half of one, and never waits for a cycle to end.
+    # -- filter's answers (``verdicts``) ---------------------------------------------------
 
     def plan(self, gang: str) -> Plan | None:
         """The live plan of ``gang``, if any (never waits for a running cycle)."""
-        return self.book.plans.get(gang)
+        return self._verdicts.plan(gang)
 
     def waiting(self, pod: Pod) -> bool:
         """Whether ``pod`` still waits: the cache knows it, it holds no node and its gang (if
         any) has no plan (never waits for a running cycle)."""
-        now = self._cache.pod(pod.uid)
-        if now is None or now.node_name or now.terminal:
-            return False
-        spec = gang_spec(now)
-        return spec is None or spec.key not in self.book.plans
+        return self._verdicts.waiting(pod)
 
     def planned_devices(self, uid: str, gang: str) -> tuple[int, ...] | None:
         """The GPU devices planned for member ``uid`` of ``gang`` (None: no plan names any)."""
-        plan = self.book.plans.get(gang)
-        return None if plan is None else plan.devices.get(uid)
+        return self._verdicts.planned_devices(uid, gang)
 
     def verdict(self, pod: Pod) -> Verdict:
-        """Where ``pod`` should go per the plans, planning on demand if it has no plan yet.
+        """Where ``pod`` should go per the plans, planning on demand if it has no plan yet;
+        never waits for a cycle another thread is running (``Verdicts.verdict``)."""
+        return self._verdicts.verdict(pod)
 
-        Never waits for a cycle another thread is running: a member no plan names yet is then
-        told to wait (the running cycle, or the planner loop's next one, plans it, and the loop
-        nudges planned members so kube-scheduler retries them at once).
-        """
-        spec = gang_spec(pod)
-        if spec is None:
-            return Verdict()
-        self._nudges.asked(pod.uid)  # one dict write: no lock needed
-        plan = self.book.plans.get(spec.key)
-        due = False
-        if (plan is None or pod.uid not in plan.members) and (
-            not self.driven or self._news_of(spec.key) or (due := self._due())
-        ):
-            short = self._short_of_members(spec.key, spec.min_member)
-            if short:
-                return Verdict(spec.key, "", f"gang {spec.key}: {short}")
-            if self._leads is not None and not self._leads():
-                return Verdict(spec.key, "", f"gang {spec.key}: {NOT_LEADING}")
-            # Room came back: the loop's cycle that plans into it may be under way; a member
-            # rejected now would wait out kube-scheduler's backoff, so wait a little for it.
-            with self.book.held(False, FREED_WAIT if due else 0.0) as held:
-                if not held:
-                    # Not short now: a count of members told last is outdated.
-                    return self._waits(spec.key, BUSY, outdated=Why.SHORT_OF_MEMBERS)
-                self.cycle()
-            plan = self.book.plans.get(spec.key)
-        if plan is not None and pod.uid in plan.members:
-            if victims_left(self._cache, plan):
-                return self._waits(spec.key, "waiting for evicted pods to leave")
-            return Verdict(spec.key, plan.members[pod.uid])
-        return self._waits(spec.key, "waiting for the planner")
+    def replan_member(self, pod: Pod, candidates: Sequence[str]) -> Verdict:
+        """Move a planned member onto one of ``candidates`` (kube-scheduler removed its node);
+        if none has room, the whole plan is released (``Verdicts.replan_member``)."""
+        return self._verdicts.replan_member(pod, candidates)
 
-    def _waits(self, gang: str, otherwise: str, outdated: Why | None = None) -> Verdict:
-        """``gang``'s members wait: the planner's last reason, else (or if that reason is of
-        the ``outdated`` kind) ``otherwise``."""
-        told = self.book.reasons.get(gang)
-        text = otherwise if told is None or told.why is outdated else told.text
-        return Verdict(gang, "", f"gang {gang}: {text}")
+    def quota_check(self, pod: Pod) -> Status:
+        """For a pod scheduled on its own: whether its queue admits it now (see ``admit``)."""
+        return self._verdicts.quota_check(pod)
 
-    def _short_of_members(self, gang: str, minimum: int | None) -> str:
-        """``"waiting for members: 3 of 8 exist"`` when ``gang`` has fewer members than the
-        ``minimum`` all of them state (``""`` otherwise): no cycle could plan it now, so
-        filter does not run one for it (the member that completes it does)."""
-        if not minimum:
-            return ""
-        members = self._cache.gang_members_of(gang)
-        if len(members) >= minimum:
-            return ""
-        for member in members:
-            spec = gang_spec(member)
-            if spec is None or spec.min_member != minimum or spec.problem or spec.notes:
-                return ""  # a cycle says what is wrong with the gang
-        return _short_reason(len(members), minimum).text
-
-    def _due(self) -> bool:
-        """Whether a node's room was given back since the last cycle (a pod that held it
-        went or finished).
-
-        Then filter plans on demand too: kube-scheduler retries every waiting pod the moment
-        a running pod goes, before the loop's next poll; a member rejected then, its gang
-        planned a moment later, would wait out kube-scheduler's backoff (up to 2 s with the
-        shipped profile). The first retried member pays for the cycle; the rest are answered
-        from it. Other changes (pods arriving, binds) leave it to the loop, so a burst of new
-        pods does not put a cycle in kube-scheduler's way per filter call."""
-        return self._cache.freed_generation > self.book.generation
-
-    def _news_of(self, gang: str) -> bool:
-        """Whether ``gang`` gained or lost members since the last cycle looked at it.
-
-        With a loop driving cycles (``driven``), only then does filter plan on demand: a
-        member kube-scheduler merely tries again is answered from the last cycle (the loop
-        cycles on every change and nudges the members it plans), so the retries of hundreds
-        of waiting pods do not each pay for a cycle.
-        """
-        return len(self._cache.gang_members_of(gang)) != self.book.seen.get(gang, -1)
+    def backfill_ok(self, pod: Pod) -> bool:
+        """Whether a pod scheduled on its own may use held room (it ends before it is due)."""
+        return self._verdicts.backfill_ok(pod)
 
     def protected_for(self, pod: Pod) -> float:
         """Seconds ``pod``, running, is protected from preemption (see ``Protection``)."""
-        queue = queue_name(pod, self._queues.config, self._scheduler_name)
-        return self._protection.seconds([pod], queue, gang=gang_spec(pod) is not None)
+        return self._verdicts.protected_for(pod)
+
+    # -- what readers see (``looks``) ------------------------------------------------------
 
     @property
     def queues(self) -> QueueFile:
@@ -288,19 +215,6 @@ class Planner:
             self._scheduler_name,
             pending,
         )
-
-    def quota_check(self, pod: Pod) -> Status:
-        """For a pod scheduled on its own: whether its queue admits it now (see ``admit``)."""
-        config = self._queues.config
-        queue = queue_name(pod, config, self._scheduler_name)
-        if queue is None or admits_anything(config, queue):
-            return SUCCESS  # usage is not measured: kube-scheduler waits for every filter
-        return admit(self.usage(), queue, demand_of([pod]))
-
-    def backfill_ok(self, pod: Pod) -> bool:
-        """Whether a pod scheduled on its own may use held room (it ends before it is due)."""
-        owner, holds, until = self._cache.holds
-        return bool(holds) and may_backfill([pod], self._wall(), until)
 
     @property
     def reservation(self) -> Reservation | None:
@@ -321,46 +235,7 @@ class Planner:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
         return self._looks.describe()
 
-    # -- changes from the verbs and the loop -----------------------------------------------
-
-    def replan_member(self, pod: Pod, candidates: Sequence[str]) -> Verdict:
-        """Move a planned member onto one of ``candidates`` (kube-scheduler removed its node).
-
-        If no candidate has room, the whole plan is released and the reason says so.
-        """
-        spec = gang_spec(pod)
-        assert spec is not None
-        with self.book.held(False) as held:  # never wait for a running cycle
-            if not held:
-                return Verdict(spec.key, "", f"gang {spec.key}: {BUSY}")
-            plan = self.book.plans.get(spec.key)
-            if plan is None or pod.uid not in plan.members:
-                return self.verdict(pod)
-            old = plan.members[pod.uid]
-            session = Session(self._cache, self.book.plans)
-            session.release([pod.uid])
-            view = session.view()
-            allowed = np.zeros(len(view.nodes), dtype=bool)
-            for name in candidates:
-                i = view.index.get(name)
-                if i is not None:
-                    allowed[i] = True
-            allowed &= self._same_required_domain(view, spec.key, old)
-            placed = allocate(view, [pod], strategy=self._strategy, allowed={pod.uid: allowed})
-            node = placed.placed.get(pod.uid)
-            if node:
-                session.reserve(spec.key, {pod.uid: node}, placed.devices)
-                moved = session.plans[spec.key]
-                moved.members[pod.uid] = node
-                moved.devices.pop(pod.uid, None)
-                if not self.book.commit(session).refused:
-                    return Verdict(spec.key, node)
-            else:
-                session.discard()
-            why = f"planned node {old} was filtered out by kube-scheduler and no other node fits"
-            self.book.drop(spec.key, why, kind=Why.FILTERED_OUT)
-            self.book.note(Kind.PLAN_RELEASED, spec.key, why)
-            return Verdict(spec.key, "", f"gang {spec.key}: {why}")
+    # -- the bind path (``planbook``) ------------------------------------------------------
 
     def release(self, gang: str, reason: str) -> None:
         """Drop ``gang``'s plan and its reservations (bind timeout, rollback)."""
@@ -370,10 +245,7 @@ class Planner:
         """The gang's core has reached bind together: later members may bind at once."""
         self.book.mark_released(gang)
 
-    def take_conflicts(self) -> list[Conflict]:
-        """Disagreements between gangs' keys and their group objects not reported yet
-        (``Nudges.take_conflicts``)."""
-        return self._nudges.take_conflicts()
+    # -- nudges and conflicts (``nudges``) -------------------------------------------------
 
     def to_nudge(self) -> list[tuple[str, Pod]]:
         """Planned members to nudge now, so kube-scheduler retries them (``Nudges.to_nudge``);
@@ -383,6 +255,13 @@ class Planner:
     def renudge(self, gang: str, uid: str) -> None:
         """Nudging member ``uid`` failed: offer it again in the next ``to_nudge``."""
         self._nudges.renudge(gang, uid)
+
+    def take_conflicts(self) -> list[Conflict]:
+        """Disagreements between gangs' keys and their group objects not reported yet
+        (``Nudges.take_conflicts``)."""
+        return self._nudges.take_conflicts()
+
+    # -- evictions (``evictions``) ---------------------------------------------------------
 
     def take_evictions(self) -> list[Eviction]:
         """The evictions decided since the last call (the loop carries them out)."""
@@ -398,7 +277,7 @@ class Planner:
         (``Evictions.eviction_refused``)."""
         self._evictions.eviction_refused(eviction, unit_key, why)
 
-    # -- records: what the next leader finds (``records``) ---------------------------------
+    # -- records: what the next leader finds (``recording``) -------------------------------
 
     def to_record(self) -> list[tuple[Pod, str]]:
         """Planned members to write the plan record on now, with the text (``muster.io/plan``);
@@ -766,7 +645,7 @@ class Planner:
             self.book.reasons[gang.key] = Reason(Why.PROBLEM, gang.problem)
             return False, None
         if len(gang.members) < gang.min_member:
-            self.book.reasons[gang.key] = _short_reason(len(gang.members), gang.min_member)
+            self.book.reasons[gang.key] = short_reason(len(gang.members), gang.min_member)
             return False, None
         facts = self._facts.core(gang)
         core, demand = facts.pods, facts.demand
@@ -839,22 +718,6 @@ class Planner:
             return session.backfill_view()
         return session.view()
 
-    def _same_required_domain(self, view: NodeView, gang: str, node: str) -> np.ndarray:
-        """Rows a re-planned member of ``gang`` may move to: with ``topology-required``, only
-        the domain (at that level) of its planned ``node``, where the rest of the plan is;
-        otherwise every row."""
-        everywhere = np.ones(len(view.nodes), dtype=bool)
-        ask, _ = ask_of(self._cache.gang_members_of(gang))
-        row = view.index.get(node)
-        if ask is None or not ask.required or row is None:
-            return everywhere
-        tree = tree_for(view.table, self._topology_keys)
-        level = tree.level(ask.level)
-        if level is None:
-            return everywhere
-        same: np.ndarray = tree.ids[level] == tree.ids[level, row]
-        return same
-
 
 def _turn(by_queue: dict[str, list[Gang]], usage: QueueUsage, config: QueueConfig) -> str:
     """The queue whose gang comes next: weighted DRF across queues (hierarchically)."""
@@ -912,8 +775,3 @@ _UID = operator.attrgetter("uid")
 def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
     """What placing ``pods`` depends on: their requests and node constraints."""
     return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))
-
-
-def _short_reason(members: int, minimum: int) -> Reason:
-    """Why a gang with ``members`` of the ``minimum`` it needs waits."""
-    return Reason(Why.SHORT_OF_MEMBERS, f"waiting for members: {members} of {minimum} exist")
