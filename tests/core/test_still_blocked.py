@@ -201,6 +201,31 @@ def test_a_queue_behind_a_full_cluster_is_not_placed_again(
     assert reason is not None and reason.why is Why.NO_ROOM and "reserved" not in reason.text
 
 
+def test_alike_gangs_behind_a_head_that_holds_nothing_are_not_placed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cluster is taken by planned gangs that have not started (no end to hold room
+    from): the head of the line finds no room to hold, so the alike gangs behind it would
+    find none either; like any gang behind the head, each is carried over while no node
+    gains room, and a forced cycle places every one again."""
+    cache = _cache()
+    for g in range(12):
+        cache.upsert_pods(_gang(f"g{g}", 8, 1, float(g)))
+    planner = _planner(cache)
+    planner.cycle()
+    assert [g for g in range(12) if planner.plan(f"default/g{g}")] == [0, 1]
+    assert planner.reservation is None
+    seen = _allocations(planner, monkeypatch)
+    cache.upsert_pod(pod("lone", uid="lone", gpu=1))
+    planner.cycle()
+    assert seen == ["default/g2"]
+    seen.clear()
+    planner.cycle(force=True)
+    assert seen == [f"default/g{g}" for g in range(2, 12)]
+    reason = planner.book.reasons.get("default/g7")
+    assert reason is not None and reason.why is Why.NO_ROOM
+
+
 ROOM_BACK = [
     # (what gives room back, the waiting gang that is then planned)
     ("a running pod goes", lambda c: c.delete_pod("run3")),

@@ -16,14 +16,16 @@ import numpy as np
 
 from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
+from app.core.gpu.ask import GpuAsk
 from app.core.model.gang import Gang, collect_gang, collect_gangs
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
 from app.core.model.runtime import declared_runtime
 from app.core.model.values import Pod
+from app.core.policies.registry import constraint_of
 from app.core.state.cache import QueueKey, queue_key
 from app.core.state.diff import changed_members
-from app.core.state.domains import Ask
+from app.core.state.domains import Ask, ask_of
 from app.core.state.queueusage import demand_of, queue_name, resolve
 from app.core.state.view import NodeView, Snapshot
 
@@ -141,6 +143,13 @@ class _Facts:
     order: tuple[object, tuple[float, float, str]] | None = None
     queues: tuple[QueueConfig, frozenset[str]] | None = None
     core: Core | None = None
+    #: ``hold_shape``'s answer, once known (a 1-tuple around it: ``None`` is an answer).
+    hold_shape: tuple[tuple[Any, ...] | None] | None = None
+
+
+def placement_shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
+    """What placing ``pods`` depends on: their requests and node constraints."""
+    return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))
 
 
 class MemberFacts:
@@ -188,6 +197,18 @@ class MemberFacts:
             priority = max((p.priority for p in pods), default=0)
             facts.core = Core(pods, demand, priority, tuple(map(declared_runtime, pods)))
         return facts.core
+
+    def hold_shape(self, gang: Gang) -> tuple[Any, ...] | None:
+        """What room held for ``gang`` at the head of the line depends on: its core's
+        ``placement_shape``, or ``None`` when it asks for a domain (room is then held per
+        domain, ``headofline.domains_for``)."""
+        facts = self._of(gang)
+        if facts.hold_shape is None:
+            ask, problem = ask_of(gang.members)
+            wants_domain = ask is not None and ask.required and not problem
+            shape = None if wants_domain else placement_shape(self.core(gang).pods)
+            facts.hold_shape = (shape,)
+        return facts.hold_shape[0]
 
 
 class QueueNames:

@@ -138,7 +138,7 @@ class Planner:
             strategy=strategy, plan_ttl=plan_ttl, default_runtime=default_runtime,
             preemption=preemption, topology_keys=self._topology_keys, clock=clock, wall=wall,
         )  # fmt: skip
-        #: shapes of gangs no room could be held for in this cycle (see ``_shape``)
+        #: shapes of gangs no room could be held for in this cycle (``MemberFacts.hold_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
         #: Whether a loop runs cycles on every change (``app.core.cycle.loop``); without one,
@@ -654,9 +654,11 @@ class Planner:
             self.book.reasons[gang.key] = Reason(Why.QUOTA, blocked.reason)
             return False, None
         view = self._view_for(session, gang.key, facts.runtimes)
+        # The first in line tries for a hold, unless one of its shape found no room to hold
+        # in this cycle already (see below): then it may be carried over like the rest.
         if (
-            not first
-            and self._still.still(gang, view)
+            self._still.still(gang, view)
+            and (not first or self._no_hold(gang))
             and not self._evictions.may_preempt(session, facts.priority, queue)
         ):
             return False, None  # no node gained room since it found none: its reason stands
@@ -677,7 +679,7 @@ class Planner:
                 # First in line and blocked by capacity (or by its required domain): hold the
                 # soonest-freeing room for it (inside one such domain).
                 domains = domains_for(gang, view, self._topology_keys)
-                shape = _shape(core) if domains is None else None
+                shape = self._facts.hold_shape(gang) if domains is None else None
                 if shape is None or shape not in self._no_room:
                     held = hold_for(
                         replace(session.snapshot, view=session.backfill_view()),
@@ -697,7 +699,7 @@ class Planner:
                     wait = max(held.start - self._wall(), 0.0)
                     nodes = ", ".join(sorted(held.holds))
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
-            else:  # a reason without the hold of the first in line: it may be carried over
+            if held is None:  # a reason without the hold of the first in line: carried over
                 self._still.remember(gang, view, core)
             self.book.reasons[gang.key] = Reason(Why.NO_ROOM, reason)
             return False, held
@@ -709,6 +711,11 @@ class Planner:
         session.plans[gang.key] = plan
         self.book.reasons.pop(gang.key, None)
         return True, None
+
+    def _no_hold(self, gang: Gang) -> bool:
+        """Whether a gang like ``gang`` (the same core to place, no domain asked for) found no
+        room to hold in this cycle: room only fills up during a cycle, so it finds none."""
+        return bool(self._no_room) and self._facts.hold_shape(gang) in self._no_room
 
     def _view_for(self, session: Session, gang: str, runtimes: Sequence[float | None]) -> NodeView:
         """The held room is off limits unless ``gang`` owns it or its core's declared
@@ -770,8 +777,3 @@ def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:
 
 
 _UID = operator.attrgetter("uid")
-
-
-def _shape(pods: Sequence[Pod]) -> tuple[Any, ...]:
-    """What placing ``pods`` depends on: their requests and node constraints."""
-    return tuple(sorted((tuple(p.requests), GpuAsk.of(p), constraint_of(p)) for p in pods))
