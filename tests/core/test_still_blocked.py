@@ -178,52 +178,50 @@ def _allocations(planner: Planner, monkeypatch: pytest.MonkeyPatch) -> list[str]
     return seen
 
 
+QUEUES_BEHIND = [
+    # (case, running pods, gangs of (size), planned at first, the head, its reason reserves)
+    # Ten alike gangs wait behind a cluster full of running pods: the head holds the
+    # soonest-freeing room.
+    ("behind running pods, the head holds room", 16, 10, 2, [], 0, True),
+    # The cluster is taken by planned gangs that have not started (no end to hold room
+    # from): the head finds no room to hold, so the alike gangs behind it find none either.
+    ("behind planned gangs, the head holds nothing", 0, 12, 8, [0, 1], 2, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("running", "gangs", "size", "planned", "head", "holds"),
+    [q[1:] for q in QUEUES_BEHIND],
+    ids=[q[0] for q in QUEUES_BEHIND],
+)
 def test_a_queue_behind_a_full_cluster_is_not_placed_again(
+    running: int,
+    gangs: int,
+    size: int,
+    planned: list[int],
+    head: int,
+    holds: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ten alike gangs wait behind a full cluster; a pending pod arriving changes nothing
-    for them: the next cycle places only the head of the line (for its hold) again, and a
+    """Alike gangs wait behind a full cluster; a pending pod arriving changes nothing for
+    them: the next cycle places only the head of the line (for its hold) again, and a
     forced cycle every one of them."""
-    cache = _cache(running=16)
-    for g in range(10):
-        cache.upsert_pods(_gang(f"g{g}", 2, 1, float(g)))
+    cache = _cache(running=running)
+    for g in range(gangs):
+        cache.upsert_pods(_gang(f"g{g}", size, 1, float(g)))
     planner = _planner(cache)
     planner.cycle()
-    assert not any(planner.plan(f"default/g{g}") for g in range(10))
+    assert [g for g in range(gangs) if planner.plan(f"default/g{g}")] == planned
+    assert (planner.reservation is not None) is holds
     seen = _allocations(planner, monkeypatch)
     cache.upsert_pod(pod("lone", uid="lone", gpu=1))
     planner.cycle()
-    assert seen == ["default/g0"]
+    assert seen == [f"default/g{head}"]
     seen.clear()
     planner.cycle(force=True)
-    assert seen == [f"default/g{g}" for g in range(10)]
-    reason = planner.book.reasons.get("default/g5")
+    assert seen == [f"default/g{g}" for g in range(head, gangs)]
+    reason = planner.book.reasons.get(f"default/g{head + 5}")
     assert reason is not None and reason.why is Why.NO_ROOM and "reserved" not in reason.text
-
-
-def test_alike_gangs_behind_a_head_that_holds_nothing_are_not_placed_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The cluster is taken by planned gangs that have not started (no end to hold room
-    from): the head of the line finds no room to hold, so the alike gangs behind it would
-    find none either; like any gang behind the head, each is carried over while no node
-    gains room, and a forced cycle places every one again."""
-    cache = _cache()
-    for g in range(12):
-        cache.upsert_pods(_gang(f"g{g}", 8, 1, float(g)))
-    planner = _planner(cache)
-    planner.cycle()
-    assert [g for g in range(12) if planner.plan(f"default/g{g}")] == [0, 1]
-    assert planner.reservation is None
-    seen = _allocations(planner, monkeypatch)
-    cache.upsert_pod(pod("lone", uid="lone", gpu=1))
-    planner.cycle()
-    assert seen == ["default/g2"]
-    seen.clear()
-    planner.cycle(force=True)
-    assert seen == [f"default/g{g}" for g in range(2, 12)]
-    reason = planner.book.reasons.get("default/g7")
-    assert reason is not None and reason.why is Why.NO_ROOM
 
 
 ROOM_BACK = [
