@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
+from app.core.cycle import nudges as module
 from app.core.cycle.nudges import RENUDGE
+from app.core.cycle.planbook import PlanBook
 from app.core.model import labels as keys
 from app.core.model.errors import InvalidInput
 from app.core.model.parse import pod_from_dict
 from app.core.model.values import Pod
+from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
 from app.wiring import build_cache, build_graph
@@ -93,3 +96,19 @@ def test_conditions_are_read_and_a_malformed_list_names_the_field() -> None:
     body["status"] = {"conditions": ["x"]}
     with pytest.raises(InvalidInput, match=r"Pod\.status\.conditions\[0\]"):
         pod_from_dict(body)
+
+
+def test_members_seen_asking_are_forgotten_once_gone() -> None:
+    """Filter's sightings of members (``Nudges.asked``) are dropped for members no longer in
+    any gang, once those are most of them: a long-running leader does not keep every gang
+    member it ever saw."""
+    book = PlanBook(ClusterCache())
+    seen = module.Nudges(book, clock=lambda: 1.0)
+    for i in range(module._SLACK + 10):
+        seen.asked(f"gone-{i}")
+    seen.asked("live")
+    seen.saw([], {"live": "ns/g"})
+    assert seen.was_asked("live") and not seen.was_asked("gone-0")
+    seen.asked("gone-again")
+    seen.saw([], {"live": "ns/g"})  # few enough: kept until they are most again
+    assert seen.was_asked("gone-again")

@@ -9,7 +9,7 @@ keys and group object disagree are reported once per member and object (``take_c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from app.core.cycle.evictions import victims_left
 from app.core.cycle.planbook import PlanBook
@@ -20,6 +20,8 @@ from app.core.model.values import Pod
 #: Seconds after which a planned member that has not reached filter since its nudge is
 #: nudged again (see ``Nudges.to_nudge``).
 RENUDGE = 1.0
+#: Members gone that ``Nudges`` may remember having seen asked before it forgets them.
+_SLACK = 1024
 
 
 class Nudges:
@@ -50,10 +52,15 @@ class Nudges:
         """Member ``uid`` was nudged now (its plan record was written, see ``to_record``)."""
         self._nudged_at[uid] = self._clock()
 
-    def saw(self, gangs: Iterable[Gang]) -> None:
-        """The gangs a cycle saw: those whose keys and group object disagree are the ones
-        ``take_conflicts`` reports."""
+    def saw(self, gangs: Iterable[Gang], members: Mapping[str, str]) -> None:
+        """The gangs a cycle saw, and their ``members`` (uid -> gang): those whose keys and
+        group object disagree are the ones ``take_conflicts`` reports; members gone are
+        forgotten once they are most of what filter was seen asking about."""
         self._conflicted = [g for g in gangs if g.conflicts]
+        if len(self._asked) > 2 * len(members) + _SLACK:
+            # A copy first: filter calls write to it meanwhile (one lost write costs at most
+            # one more nudge).
+            self._asked = {u: t for u, t in list(self._asked.items()) if u in members}
 
     def to_nudge(self) -> list[tuple[str, Pod]]:
         """Planned members not yet nudged (so kube-scheduler retries them now); marks them.

@@ -358,7 +358,7 @@ class Planner:
         snapshot = session.snapshot
         self._fills = DomainFills(self._strategy)
         gangs = gangs_of(snapshot, self._gang_memo)
-        self._nudges.saw(gangs.values())
+        self._nudges.saw(gangs.values(), snapshot.gang_members)
         self.book.seen = dict(Counter(snapshot.gang_members.values()))
         self._no_room = set()
         self._queue_names.prune(snapshot)
