@@ -118,26 +118,26 @@ class Planner:
         ``journal`` (if any) records plans made, expired and released; ``timings`` (if any)
         counts how long each cycle takes.
         """
-        self._order: GangOrder = order or LongestFirst(default_runtime=default_runtime)
         self._cache = cache
         self._journal = journal
         self._timings = timings
-        self._topology_keys = tuple(topology_keys)  # broadest first (``app.core.state.domains``)
-        self._default_runtime = default_runtime
-        self._wall = wall
-        self._queues = queues or QueueFile()
-        self._protection = protection or MinRuntime(lambda: self._queues.config, min_runtime)
-        self._scheduler_name = scheduler_name
-        self._strategy = strategy
-        self._plan_ttl = plan_ttl
-        self._clock = clock
+        queue_file = queues or QueueFile()
+        #: What the planner and its parts plan by, resolved once (``planbook``).
+        self._settings = PlannerSettings(
+            queue_file,
+            protection or MinRuntime(lambda: queue_file.config, min_runtime),
+            order or LongestFirst(default_runtime=default_runtime),
+            scheduler_name=scheduler_name,
+            strategy=strategy,
+            plan_ttl=plan_ttl,
+            default_runtime=default_runtime,
+            preemption=preemption,
+            topology_keys=tuple(topology_keys),  # broadest first (``app.core.state.domains``)
+            clock=clock,
+            wall=wall,
+        )
         #: The plans and what goes with them, shared by the planner's parts (``planbook``).
         self.book = PlanBook(cache, journal)
-        self._settings = PlannerSettings(
-            self._queues, self._protection, self._order, scheduler_name=scheduler_name,
-            strategy=strategy, plan_ttl=plan_ttl, default_runtime=default_runtime,
-            preemption=preemption, topology_keys=self._topology_keys, clock=clock, wall=wall,
-        )  # fmt: skip
         #: shapes of gangs no room could be held for in this cycle (``MemberFacts.hold_shape``)
         self._no_room: set[tuple[Any, ...]] = set()
         self.cycles = 0
@@ -151,7 +151,7 @@ class Planner:
         self._failed = FailedPlacements()
         self._still = StillBlocked()
         self._demand = DemandMemo()
-        self._fills = DomainFills(self._strategy)
+        self._fills = DomainFills(self._settings.strategy)
         # The running pods' ending order, kept between the head-of-line holds of cycles.
         self._ending = EndingMemo()
         # The planner's parts, sharing the book and the settings (``planbook``).
@@ -203,7 +203,7 @@ class Planner:
     @property
     def queues(self) -> QueueFile:
         """The queue configuration source."""
-        return self._queues
+        return self._settings.queues
 
     def usage(self, pending: Sequence[Pod] = ()) -> QueueUsage:
         """What every queue holds now (plus the demand of ``pending``)."""
@@ -211,8 +211,8 @@ class Planner:
         return measure(
             self._cache.queue_usage(),
             view.allocatable.sum(axis=0),
-            self._queues.config,
-            self._scheduler_name,
+            self._settings.queues.config,
+            self._settings.scheduler_name,
             pending,
         )
 
@@ -314,7 +314,7 @@ class Planner:
         Skips the work when nothing changed since the last cycle (unless ``force``).
         """
         with self.book.lock:
-            now = self._clock()
+            now = self._settings.clock()
             if (
                 not force
                 and self._cache.plan_generation <= self.book.generation
@@ -356,19 +356,19 @@ class Planner:
         """One cycle's decisions, all taken in ``session`` (``force``: no gang's lack of
         room is carried over from earlier cycles, see ``StillBlocked``)."""
         snapshot = session.snapshot
-        self._fills = DomainFills(self._strategy)
+        self._fills = DomainFills(self._settings.strategy)
         gangs = gangs_of(snapshot, self._gang_memo)
         self._nudges.saw(gangs.values(), snapshot.gang_members)
         self.book.seen = dict(Counter(snapshot.gang_members.values()))
         self._no_room = set()
         self._queue_names.prune(snapshot)
         self._tidy(session, gangs, now)
-        config = self._queues.config
+        config = self._settings.queues.config
         usage = measure(
             session.queue_usage(),
             snapshot.view.allocatable.sum(axis=0),
             config,
-            self._scheduler_name,
+            self._settings.scheduler_name,
         )
         by_queue: dict[str, list[Gang]] = {}
         queues: dict[str, str] = {}  # gang -> its queue, for the elastic pass below
@@ -378,7 +378,7 @@ class Planner:
             queues[gang.key] = queue = self._queue_of(gang, config)
             by_queue.setdefault(queue, []).append(gang)
         for line in by_queue.values():
-            line.sort(key=lambda g: self._facts.order(g, self._order))
+            line.sort(key=lambda g: self._facts.order(g, self._settings.order))
         self._still.begin(None if force else queues)
         planned: list[tuple[str, str]] = []
         head: Reservation | None = None
@@ -413,8 +413,8 @@ class Planner:
                 usage=usage,
                 queue=queues.get(gang.key) or self._queue_of(gang, config),
                 now=now,
-                expires=now + (gang.timeout or self._plan_ttl),
-                strategy=self._strategy,
+                expires=now + (gang.timeout or self._settings.plan_ttl),
+                strategy=self._settings.strategy,
             )
             if why:
                 self.book.reasons[gang.key] = Reason(Why.ELASTIC, why)
@@ -453,17 +453,18 @@ class Planner:
         when that is known without searching (``next_domain``)."""
         last = self._demand.last
         line = by_queue[queue]
-        if last is None or not line or session.holds[1] or not scorer(self._strategy).packs:
+        packs = scorer(self._settings.strategy).packs
+        if last is None or not line or session.holds[1] or not packs:
             return []
         level, index, decides = last
         first = _alike_core(placed)
         if first is None:
             return []
         core, shape, ask = first
-        if decides != (ask, self._strategy):
+        if decides != (ask, self._settings.strategy):
             return []
         view = session.view()
-        tree = tree_for(view.table, self._topology_keys)
+        tree = tree_for(view.table, self._settings.topology_keys)
         demand = demand_of(core)
         if not reaches(tree, view, ask, demand, level):
             return []
@@ -492,7 +493,7 @@ class Planner:
             following = _alike_core(line[0])
             if following is None or following[1] != shape:
                 return done
-            if len(by_queue) > 1 and _turn(by_queue, usage, self._queues.config) != queue:
+            if len(by_queue) > 1 and _turn(by_queue, usage, self._settings.queues.config) != queue:
                 return done
             view = session.view()
             found = next_domain(view, following[0], tree, (level, index), decides, self._demand)
@@ -519,7 +520,7 @@ class Planner:
         level, index = domain
         core, shape = alike_to
         view = session.view()
-        tree = tree_for(view.table, self._topology_keys)
+        tree = tree_for(view.table, self._settings.topology_keys)
         demand = demand_of(core)
         size = len(core)
         fill = self._fills.fill(view, core[0], tree, domain, len(line) * size)
@@ -544,7 +545,7 @@ class Planner:
             left -= count
             if not left:
                 break
-        config = self._queues.config
+        config = self._settings.queues.config
         done: list[str] = []
         taken: list[tuple[str, dict[str, str], dict[str, tuple[int, ...]]]] = []
         ids = secrets.token_hex(6 * len(run))  # the plans' ids, drawn at once
@@ -563,7 +564,7 @@ class Planner:
             key = gang.key
             taken.append((key, spots, chosen))
             usage.add(queue, demand)
-            expires = now + (gang.timeout or self._plan_ttl)
+            expires = now + (gang.timeout or self._settings.plan_ttl)
             plan = Plan.of(gang, spots, now, expires, queue=queue, id=ids[12 * at : 12 * at + 12])
             plan.devices.update(chosen)
             session.plans[key] = plan
@@ -599,13 +600,13 @@ class Planner:
         def compute() -> TopologyAllocation:
             if problem:
                 return TopologyAllocation(unplaced=list(members), reason=problem)
-            tree = tree_for(view.table, self._topology_keys)
+            tree = tree_for(view.table, self._settings.topology_keys)
             return allocate_topology(
                 view,
                 members,
                 tree=tree,
                 ask=ask,
-                strategy=self._strategy,
+                strategy=self._settings.strategy,
                 pinned=pinned,
                 memo=self._demand,
             )
@@ -614,7 +615,7 @@ class Planner:
 
     def _tidy(self, session: Session, gangs: dict[str, Gang], now: float) -> None:
         """Drop plans whose gang is gone, done, or late; forget stale reasons."""
-        fulfilled, dropped = lapsed(session.plans, gangs, now, self._plan_ttl)
+        fulfilled, dropped = lapsed(session.plans, gangs, now, self._settings.plan_ttl)
         for key in fulfilled:
             del session.plans[key]
         for lapse in dropped:
@@ -678,7 +679,7 @@ class Planner:
             if first and (not asked or waits_for_domain(gang)):
                 # First in line and blocked by capacity (or by its required domain): hold the
                 # soonest-freeing room for it (inside one such domain).
-                domains = domains_for(gang, view, self._topology_keys)
+                domains = domains_for(gang, view, self._settings.topology_keys)
                 shape = self._facts.hold_shape(gang) if domains is None else None
                 if shape is None or shape not in self._no_room:
                     held = hold_for(
@@ -686,9 +687,9 @@ class Planner:
                         gang.key,
                         core,
                         domains,
-                        now=self._wall(),
-                        default_runtime=self._default_runtime,
-                        strategy=self._strategy,
+                        now=self._settings.wall(),
+                        default_runtime=self._settings.default_runtime,
+                        strategy=self._settings.strategy,
                         memo=self._ending,
                     )
                 if held is None and shape is not None:
@@ -696,7 +697,7 @@ class Planner:
                     self._no_room.add(shape)
                 if held is not None:
                     session.hold(gang.key, held.holds, held.start)
-                    wait = max(held.start - self._wall(), 0.0)
+                    wait = max(held.start - self._settings.wall(), 0.0)
                     nodes = ", ".join(sorted(held.holds))
                     reason += f"; reserved {nodes}, expected to start in {wait:.0f}s"
             if held is None:  # a reason without the hold of the first in line: carried over
@@ -705,7 +706,7 @@ class Planner:
             return False, held
         session.reserve(gang.key, allocation.placed, allocation.devices)
         usage.add(queue, demand)
-        expires = now + (gang.timeout or self._plan_ttl)
+        expires = now + (gang.timeout or self._settings.plan_ttl)
         plan = Plan.of(gang, allocation.placed, now, expires, queue=queue)
         plan.devices.update(allocation.devices)
         session.plans[gang.key] = plan
@@ -721,7 +722,7 @@ class Planner:
         """The held room is off limits unless ``gang`` owns it or its core's declared
         ``runtimes`` end before it starts."""
         owner, holds, until = session.holds
-        if holds and (gang == owner or ends_before(runtimes, self._wall(), until)):
+        if holds and (gang == owner or ends_before(runtimes, self._settings.wall(), until)):
             return session.backfill_view()
         return session.view()
 
