@@ -15,7 +15,7 @@ from app.core.model.gang import Gang
 from app.core.model.values import Pod
 from app.core.policies.gangorder import LongestFirst
 from app.core.state.cache import ClusterCache
-from tests.factories import node, pod
+from tests.factories import EPOCH, node, pod
 
 
 class HeldOrder:
@@ -142,3 +142,16 @@ def test_looks_share_gangs_across_changes_to_pods_outside_gangs_alone(seed: int)
             shared += 1
         last = now
     assert shared > 10
+
+
+def test_gang_ages_are_told_on_the_planner_s_wall_clock() -> None:
+    """``describe`` ages a gang against the planner's wall clock (the simulator's and
+    tests' own time), not the machine's."""
+    cache = ClusterCache()
+    cache.upsert_nodes([node("n0", gpus=8)])
+    labels = {"muster.io/pod-group": "old", "muster.io/min-member": "2"}
+    created = 1.8e9 - 30.0 - EPOCH.timestamp()  # the factory's offset from its epoch
+    cache.upsert_pods([pod(f"old-{i}", gpu=1, labels=labels, created=created) for i in (0, 1)])
+    planner = Planner(cache, wall=lambda: 1.8e9)
+    rows = {r["gang"]: r for r in planner.describe()}
+    assert rows["default/old"]["ageSeconds"] == 30.0

@@ -8,7 +8,6 @@ never waits for a running cycle: it reads what that cycle's predecessor publishe
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
@@ -169,4 +168,4 @@ class Looks:
         """Every gang with its state, members seen/bound, plan, age and current reason."""
         with self._book.lock:
             gangs = gangs_of(self._cache.snapshot())
-            return describe(gangs, self._book.plans, self._book.reasons, time.time())
+            return describe(gangs, self._book.plans, self._book.reasons, self._settings.wall())
