@@ -110,8 +110,7 @@ class Extender:
             backfill = self.planner.backfill_ok(pod)
             view = self.cache.backfill_view() if backfill else self.cache.view()
             result = self._filter.filter(view, pod, names)
-            if not backfill:
-                self._last_single = (pod, names)
+            self._last_single = None if backfill else (pod, names)
             if len(result.feasible) == 1:  # kube-scheduler skips prioritize: this is its pick
                 self.binder.single.hold(pod.uid, result.feasible[0])
             elif len(result.feasible) > 1 and self.sole_pick:
