@@ -119,3 +119,20 @@ def test_the_cache_derives_ahead_facts_of_the_pods_it_stores() -> None:
     finally:
         podfacts._AHEAD.remove(ahead)
         podfacts._AHEAD.remove(failing)
+
+
+def test_a_fact_for_some_pods_is_derived_ahead_for_those_alone() -> None:
+    """``only``: a gang member's fact is derived ahead for gang members, not for the pods
+    scheduled on their own (whoever asks about one derives it then)."""
+    members: PodFact[str] = PodFact(lambda p: p.name, ahead=True, only=gang_module.is_member)
+    try:
+        cache = ClusterCache()
+        member = pod("m", uid="u-m", labels={"muster.io/pod-group": "g"})
+        single = pod("s", uid="u-s")
+        cache.upsert_pods([member, single])
+        hit = members.lookup()("u-m")
+        assert hit is not None and hit[0] is cache.pod("u-m")
+        assert members.lookup()("u-s") is None
+        assert members.of(single) == "s"  # on demand, as before
+    finally:
+        podfacts._AHEAD.remove(members)

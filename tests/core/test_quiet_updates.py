@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from app.core.cycle import verdicts as verdicts_module
 from app.core.model.values import Pod
+from app.core.state import cache as module
 from app.core.state.cache import ClusterCache
 from app.core.state.gateway import InMemoryGateway
 from app.settings import Settings
@@ -218,3 +219,34 @@ def test_a_retry_after_room_came_back_waits_for_the_running_cycle(
     thread.join()
     assert bool(verdict.node) == planned
     assert planner.plan("default/g") is not None
+
+
+def test_the_quiet_checks_compare_every_field_but_those_they_skip() -> None:
+    """``_upsert_pod`` and ``_settles`` compare two versions of a pod field by field, without
+    building a pod: a change in any compared field but the ones each skips tells them apart
+    (fields added to ``Pod`` later are compared too), and ``version`` is never compared."""
+    base = pod("p", uid="u", gpu=1)
+    skipped = {
+        module._BUT_NOTES: {"unschedulable", "annotations"},
+        module._BUT_SETTLING: {"node_name", "phase", "started", "unschedulable", "annotations"},
+    }
+    for compare, skips in skipped.items():
+        for f in fields(Pod):
+            changed = replace(base, **{f.name: _other(getattr(base, f.name))})
+            same = compare(changed) == compare(base)
+            assert same is (f.name in skips or not f.compare), f.name
+
+
+def _other(value: object) -> object:
+    """Some value unequal to ``value``, of its kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, tuple):
+        return (*value, 1)
+    if isinstance(value, dict):
+        return {**value, "x": "y"}
+    return object()

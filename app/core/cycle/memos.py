@@ -17,7 +17,7 @@ import numpy as np
 from app.core.actions.allocate import FitBound
 from app.core.actions.allocate_in_domain import TopologyAllocation
 from app.core.gpu.ask import GpuAsk
-from app.core.model.gang import Gang, collect_gang, collect_gangs
+from app.core.model.gang import Gang, collect_gang, collect_gangs, is_member
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
 from app.core.model.runtime import declared_runtime
@@ -257,7 +257,9 @@ class QueueNames:
 
 
 #: ``queue_key`` of a pod known to be a gang member, per pod object.
-_MEMBER_KEYS: PodFact[QueueKey] = PodFact(lambda pod: queue_key(pod, True), ahead=True)
+_MEMBER_KEYS: PodFact[QueueKey] = PodFact(
+    lambda pod: queue_key(pod, True), ahead=True, only=is_member
+)
 
 
 def signature(pod: Pod) -> tuple[object, ...]:

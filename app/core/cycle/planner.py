@@ -61,7 +61,7 @@ from app.core.cycle.records import HoldRecord, PlanRecord
 from app.core.cycle.session import Session
 from app.core.cycle.verdicts import BUSY, Verdicts, short_reason
 from app.core.gpu.ask import GpuAsk
-from app.core.model.gang import Gang
+from app.core.model.gang import Gang, is_member
 from app.core.model.interned import Interned
 from app.core.model.podfacts import PodFact
 from app.core.model.queues import QueueConfig
@@ -768,7 +768,7 @@ _KINDS: Interned[_Shape] = Interned(4096)
 
 
 #: ``_member_shape`` per pod object.
-_SHAPES = PodFact(_member_shape, ahead=True)
+_SHAPES = PodFact(_member_shape, ahead=True, only=is_member)
 
 
 def _unplanned_pending(gang: Gang, plan: Plan | None) -> bool:

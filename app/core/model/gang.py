@@ -106,6 +106,11 @@ def gang_spec(pod: Pod) -> GangSpec | None:
     return _SPECS.of(pod)
 
 
+def is_member(pod: Pod) -> bool:
+    """Whether ``pod`` belongs to a gang (``gang_spec``)."""
+    return _SPECS.of(pod) is not None
+
+
 #: Every distinct ``GangSpec`` made, one object per value.
 _DISTINCT: Interned[GangSpec] = Interned(16384)
 

@@ -27,11 +27,19 @@ class PodFact(Generic[T]):
     #: Entries kept at most; past it the older half goes (uids of gone pods pile up).
     LIMIT = 1 << 17
 
-    def __init__(self, derive: Callable[[Pod], T], *, ahead: bool = False) -> None:
+    def __init__(
+        self,
+        derive: Callable[[Pod], T],
+        *,
+        ahead: bool = False,
+        only: Callable[[Pod], bool] | None = None,
+    ) -> None:
         """``ahead``: derived for every pod as the cache stores it (``derive_ahead``), for the
-        facts every cycle reads of every pending pod."""
+        facts every cycle reads of every pending pod; ``only``: ahead for the pods it says
+        yes to alone (a gang member's fact, say: derived on demand for any other)."""
         self._derive = derive
         self._kept: dict[str, tuple[Pod, T]] = {}
+        self.only = only
         if ahead:
             _AHEAD.append(self)
 
@@ -77,7 +85,8 @@ def derive_ahead(pods: Sequence[Pod]) -> None:
     queue). A cycle then finds each new pod's facts remembered; without this call it derives
     them itself, to the same values."""
     for fact in _AHEAD:
+        only = fact.only
         try:
-            fact.of_each(pods)
+            fact.of_each(pods if only is None else [p for p in pods if only(p)])
         except Exception:  # noqa: BLE001 - the cycle derives it again and meets the error there
             continue

@@ -13,11 +13,12 @@ in-memory gateway in standalone mode), and *forgotten* on bind failure or after 
 from __future__ import annotations
 
 import gc
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
@@ -363,8 +364,9 @@ class ClusterCache:
         if old is None:
             nothing_new = short
         else:
-            same = replace(pod, unschedulable=old.unschedulable, annotations=old.annotations)
-            nothing_new = same == old and _same_but_own_notes(pod.annotations, old.annotations)
+            nothing_new = _BUT_NOTES(pod) == _BUT_NOTES(old) and _same_but_own_notes(
+                pod.annotations, old.annotations
+            )
         quiet = usage_same and (
             (not placed and nothing_new)
             or (old is not None and bool(target) and not pod.terminal and _settles(old, pod))
@@ -1166,15 +1168,22 @@ class ClusterCache:
 def _settles(old: Pod, new: Pod) -> bool:
     """Whether ``new`` differs from ``old`` in nothing but its node (bound now), phase, start
     time, ``PodScheduled`` condition and Muster's own notes."""
-    same = replace(
-        new,
-        node_name=old.node_name,
-        phase=old.phase,
-        started=old.started,
-        unschedulable=old.unschedulable,
-        annotations=old.annotations,
+    return _BUT_SETTLING(new) == _BUT_SETTLING(old) and _same_but_own_notes(
+        new.annotations, old.annotations
     )
-    return same == old and _same_but_own_notes(new.annotations, old.annotations)
+
+
+def _fields_but(*skipped: str) -> Callable[[Pod], tuple[object, ...]]:
+    """A pod's compared fields but ``skipped``, as one tuple: two pods whose tuples are equal
+    differ in nothing but those (what ``==`` compares, less them; no pod is built for it)."""
+    names = [f.name for f in fields(Pod) if f.compare and f.name not in skipped]
+    return operator.attrgetter(*names)
+
+
+#: What ``_upsert_pod`` compares to find a waiting pod's new version brings nothing new.
+_BUT_NOTES = _fields_but("unschedulable", "annotations")
+#: What ``_settles`` compares.
+_BUT_SETTLING = _fields_but("node_name", "phase", "started", "unschedulable", "annotations")
 
 
 def _same_but_own_notes(new: Mapping[str, str], old: Mapping[str, str]) -> bool:
