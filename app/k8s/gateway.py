@@ -30,6 +30,7 @@ from urllib3.exceptions import HTTPError
 
 from app.core.model.errors import GatewayError
 from app.core.model.values import GroupObject
+from app.k8s.apitime import micro_time, whole_time
 
 log = logging.getLogger("muster.k8s.gateway")
 
@@ -103,15 +104,6 @@ def _truncate(text: str, limit: int) -> str:
     """At most ``limit`` UTF-8 bytes of ``text`` (the API counts bytes)."""
     data = text.encode()
     return text if len(data) <= limit else data[:limit].decode(errors="ignore")
-
-
-def _micro_time(now: datetime) -> str:
-    """RFC 3339 with the 6-digit fraction the API's MicroTime (``eventTime``) requires."""
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _time(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _pod_path(namespace: str, name: str, subresource: str = "") -> str:
@@ -336,9 +328,9 @@ class KubeGateway:
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "reportingInstance": self._instance,
-            "eventTime": _micro_time(now),
-            "firstTimestamp": _time(now),
-            "lastTimestamp": _time(now),
+            "eventTime": micro_time(now),
+            "firstTimestamp": whole_time(now),
+            "lastTimestamp": whole_time(now),
             "count": 1,
         }
         self._call("event", "POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body)

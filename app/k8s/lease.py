@@ -30,12 +30,9 @@ from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from app.k8s.apitime import micro_time
+
 log = logging.getLogger("muster.k8s.lease")
-
-
-def _now_micro() -> str:
-    """Now as a MicroTime (the API requires six fraction digits)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseElector:
@@ -248,7 +245,7 @@ class LeaseElector:
 
     def _body(self, current: Mapping[str, Any] | None, *, acquire: bool) -> dict[str, Any]:
         spec = dict((current or {}).get("spec") or {})
-        now = _now_micro()
+        now = micro_time(datetime.now(UTC))
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if current is not None:
             metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
