@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from kubernetes.client import ApiClient, Configuration
 
 from app.core.model.errors import GatewayError
 from app.k8s.features import server_version, serves_scheduling_gates, version_of
 from app.k8s.gateway import KubeGateway, ungate_patch
+from tests.conftest import running
 from tests.e2e.controlplane import free_ports
 
 
@@ -55,58 +57,45 @@ def test_the_ungate_patch_tests_uid_and_gates_then_keeps_the_others() -> None:
     ]
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    """Records every request; answers with the server's next (status, body)."""
+@dataclass
+class Recorder:
+    """What a stand-in API server saw (method, path with query, lower-case headers, JSON
+    body), the (status, body) it answers with, and where it listens."""
 
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        server: Any = self.server
-        server.seen.append(
-            (
-                self.command,
-                self.path,
-                {k.lower(): v for k, v in self.headers.items()},
-                json.loads(self.rfile.read(length)),
-            )
-        )
-        status, body = server.answer
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_POST = do_PATCH = do_DELETE = _answer
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    url: str = ""
+    seen: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
+    answer: tuple[int, Any] = (200, {})
 
 
 @pytest.fixture
-def recorder() -> Iterator[Any]:
+def recorder() -> Iterator[Recorder]:
     """A local HTTP server standing in for the API server (answers 200 ``{}``)."""
-    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.seen, server.answer = [], (200, {})
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    record = Recorder()
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["POST", "PATCH", "DELETE"])
+    async def answer(request: Request) -> Response:
+        query = f"?{request.url.query}" if request.url.query else ""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body = json.loads(await request.body())
+        record.seen.append((request.method, request.url.path + query, headers, body))
+        status, reply = record.answer
+        return JSONResponse(reply, status_code=status)
+
+    with running(app) as client:
+        record.url = str(client.base_url).rstrip("/")
+        yield record
 
 
-def _gateway_to(server: Any) -> tuple[ApiClient, KubeGateway]:
+def _gateway_to(server: Recorder) -> tuple[ApiClient, KubeGateway]:
     configuration = Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    configuration.host = server.url
     configuration.api_key = {"BearerToken": "Bearer the-token"}  # as kube_config sets it
     api = ApiClient(configuration)
     return api, KubeGateway(api)
 
 
-def test_kube_gateway_sends_the_ungate_patch_as_a_json_patch(recorder: Any) -> None:
+def test_kube_gateway_sends_the_ungate_patch_as_a_json_patch(recorder: Recorder) -> None:
     api, gateway = _gateway_to(recorder)
     with api:
         gateway.ungate("ml", "p", "u1", ("muster.io/gang",), "muster.io/gang")
@@ -135,7 +124,7 @@ def test_kube_gateway_sends_the_ungate_patch_as_a_json_patch(recorder: Any) -> N
     ],
 )  # fmt: skip
 def test_kube_gateway_requests(
-    recorder: Any, call: Any, method: str, path: str, content_type: str
+    recorder: Recorder, call: Any, method: str, path: str, content_type: str
 ) -> None:
     api, gateway = _gateway_to(recorder)
     with api:
@@ -146,7 +135,7 @@ def test_kube_gateway_requests(
     assert headers["authorization"] == "Bearer the-token"
 
 
-def test_kube_gateway_refusals_carry_the_status_message(recorder: Any) -> None:
+def test_kube_gateway_refusals_carry_the_status_message(recorder: Recorder) -> None:
     recorder.answer = (409, {"kind": "Status", "code": 409, "message": "pod p is already bound"})
     api, gateway = _gateway_to(recorder)
     with api, pytest.raises(GatewayError) as caught:
