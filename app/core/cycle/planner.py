@@ -680,7 +680,7 @@ class Planner:
                 # First in line and blocked by capacity (or by its required domain): hold the
                 # soonest-freeing room for it (inside one such domain).
                 domains = domains_for(gang, view, self._settings.topology_keys)
-                shape = self._facts.hold_shape(gang) if domains is None else None
+                shape = self._facts.hold_shape(gang)  # None exactly when domains are held
                 if shape is None or shape not in self._no_room:
                     held = hold_for(
                         replace(session.snapshot, view=session.backfill_view()),
